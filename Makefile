@@ -1,0 +1,35 @@
+# recast — two commands on a fresh machine: `make demo` (main job) and `make test` (the suite).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+EXAMPLE := pipelines/examples/gmm1d-exact-alpha2.parquet
+DEMO   := artifacts/demo
+
+.PHONY: setup test demo bench example clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# Until the toy world lands: solve W on the shipped exact gmm1d gain table, inspect it, draw Fig. 1.
+demo: $(STAMP)
+	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --out $(DEMO)/W-recast.safetensors
+	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --steps 10 --out $(DEMO)/W-recast-T10.safetensors
+	$(BIN)/recast inspect $(DEMO)/W-recast.safetensors --plot $(DEMO)/fig1.png
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_sinkhorn.py
+
+# Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
+example: $(STAMP)
+	$(BIN)/python -m recast_cli.policy.gmm1d $(EXAMPLE)
+
+clean:
+	rm -rf $(VENV) $(DEMO) .pytest_cache

@@ -1,0 +1,629 @@
+"""Every artifact schema of recast, with atomic writes, provenance and validation on read.
+
+One module owns the file formats (ARCHITECTURE.md, "Artifacts"; the project's own
+description is ``docs/artifacts.md``). Readers validate everything a later stage relies on
+and raise :class:`~recast_cli.errors.BadInput` with one line that names the problem.
+
+* ``recast.gains/1``: Parquet, one row per (reward, t), t = 0..T, key-value metadata with
+  JSON values.
+* ``recast.weights/1``: safetensors, tensor ``W`` float64 [m, T] (row i = reward i,
+  column t-1 = step t) and tensor ``gain`` float64 [m, T] (the per-step gains on the same
+  grid that W was solved from), string metadata (JSON where structured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from safetensors import SafetensorError
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from recast_cli import __version__
+from recast_cli.errors import BadInput
+
+GAINS_SCHEMA = "recast.gains/1"
+WEIGHTS_SCHEMA = "recast.weights/1"
+
+SAMPLINGS = ("pplus", "pold", "exact")
+MONOTONE_METHODS = ("clip", "isotonic", "none")
+MODES = ("recast", "nosink", "static")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+@dataclass(frozen=True)
+class Source:
+    """An input artifact: the path as given and the sha256 of its bytes."""
+
+    path: str
+    sha256: str
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str]) -> Source:
+        return cls(path=str(path), sha256=sha256_file(path))
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What made an artifact: its schema tag, the recast version, when, from what, and how."""
+
+    schema: str
+    recast_version: str
+    created_at: str
+    config: dict[str, Any]
+    sources: tuple[Source, ...]
+
+    @classmethod
+    def new(
+        cls,
+        schema: str,
+        config: Mapping[str, Any] | None = None,
+        sources: Sequence[Source | str | os.PathLike[str]] = (),
+    ) -> Provenance:
+        return cls(
+            schema=schema,
+            recast_version=__version__,
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            config=dict(config or {}),
+            sources=tuple(s if isinstance(s, Source) else Source.of(s) for s in sources),
+        )
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "recast_version": self.recast_version,
+            "created_at": self.created_at,
+            "config": self.config,
+            "sources": [s.to_json() for s in self.sources],
+        }
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any], where: str) -> Provenance:
+        sources = meta["sources"]
+        if not isinstance(sources, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("path"), str) and isinstance(s.get("sha256"), str)
+            for s in sources
+        ):
+            raise BadInput(f"{where}: metadata 'sources' must be a list of {{path, sha256}} objects")
+        if not isinstance(meta["config"], dict):
+            raise BadInput(f"{where}: metadata 'config' must be a JSON object")
+        return cls(
+            schema=meta["schema"],
+            recast_version=str(meta["recast_version"]),
+            created_at=str(meta["created_at"]),
+            config=meta["config"],
+            sources=tuple(Source(s["path"], s["sha256"]) for s in sources),
+        )
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- atomic output
+
+
+def prepare_output(path: str | os.PathLike[str]) -> Path:
+    """Check, before any work is done, that ``path`` can be written; create missing parents.
+
+    Raises BadInput naming the reason when it cannot (parent is a file, path is a
+    directory, no permission, read-only file system).
+    """
+    out = Path(path)
+    if out.is_dir():
+        raise BadInput(f"cannot write {out}: it is a directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success fsync it and rename it into place.
+
+    If the body raises, the temporary file is removed and ``path`` is untouched, so a
+    crashed stage never leaves a half-written artifact.
+    """
+    out = prepare_output(path)
+    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _json_dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=False)
+
+
+def _check_finite(name: str, values: np.ndarray, where: str, rewards: Sequence[str] | None = None) -> None:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        idx = np.argwhere(bad)[0]
+        at = f" (reward {rewards[idx[0]]!r}, index {tuple(int(i) for i in idx[1:])})" if rewards else ""
+        raise BadInput(f"{where}: column {name!r} has NaN or inf{at}")
+
+
+def artifact_kind(path: str | os.PathLike[str]) -> str:
+    """'parquet' or 'safetensors' from the file's first bytes; BadInput for anything else."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"{p}: no such file")
+    with open(p, "rb") as fh:
+        head = fh.read(9)
+    if head[:4] == b"PAR1":
+        return "parquet"
+    if len(head) == 9 and head[8:9] == b"{":
+        return "safetensors"
+    raise BadInput(f"{p}: neither a Parquet nor a safetensors file")
+
+
+def _read_parquet(path: Path) -> pa.Table:
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"{path}: not a readable Parquet file ({first})") from None
+
+
+def _decode_metadata(raw: Mapping[bytes, bytes] | None, where: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for key, value in (raw or {}).items():
+        name = key.decode("utf-8", "replace")
+        if name in ("pandas", "ARROW:schema"):
+            continue
+        try:
+            meta[name] = json.loads(value)
+        except json.JSONDecodeError:
+            raise BadInput(f"{where}: metadata {name!r} is not JSON") from None
+    return meta
+
+
+def _require_schema(meta: Mapping[str, Any], expected: str, where: str) -> None:
+    if "schema" not in meta:
+        raise BadInput(f"{where}: no 'schema' tag in the metadata (expected {expected!r})")
+    if meta["schema"] != expected:
+        raise BadInput(f"{where}: schema tag is {meta['schema']!r}, expected {expected!r}")
+
+
+def _require_keys(meta: Mapping[str, Any], keys: Sequence[str], where: str) -> None:
+    missing = [k for k in keys if k not in meta]
+    if missing:
+        raise BadInput(f"{where}: metadata is missing {', '.join(map(repr, missing))}")
+
+
+# --------------------------------------------------------------------------- gain table
+
+GAIN_COLUMNS: dict[str, pa.DataType] = {
+    "reward": pa.string(),
+    "t": pa.int32(),
+    "sigma": pa.float64(),
+    "D": pa.float64(),
+    "D_lo": pa.float64(),
+    "D_hi": pa.float64(),
+    "gain_raw": pa.float64(),
+    "gain": pa.float64(),
+    "gain_lo": pa.float64(),
+    "gain_hi": pa.float64(),
+}
+
+#: Run metadata a gain table must carry besides its provenance (ARCHITECTURE.md).
+GAIN_RUN_KEYS = (
+    "alpha", "beta", "N", "K", "P", "sampling", "crn", "monotone", "reward_std", "policy", "positives",
+)
+_PROVENANCE_KEYS = ("schema", "recast_version", "created_at", "config", "sources")
+
+
+@dataclass(frozen=True)
+class GainTable:
+    """Cumulative discriminability and per-step gains of m rewards on a grid of T steps (E4, E5).
+
+    Arrays are indexed by reward first. ``D[:, t]`` is D_{i,t} for t = 0..T; gains are
+    per step: ``gain[:, t-1]`` is ΔD_{i,t} for t = 1..T. Interval arrays are None when the
+    run made no bootstrap. ``meta`` holds the run metadata (alpha, beta, N, K, P, sampling,
+    crn, monotone, reward_std, policy, positives, and optionally grid / surrogate checks).
+    """
+
+    rewards: tuple[str, ...]
+    sigmas: np.ndarray
+    D: np.ndarray
+    gain_raw: np.ndarray
+    gain: np.ndarray
+    D_lo: np.ndarray | None = None
+    D_hi: np.ndarray | None = None
+    gain_lo: np.ndarray | None = None
+    gain_hi: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    @property
+    def T(self) -> int:
+        return len(self.sigmas) - 1
+
+    @property
+    def m(self) -> int:
+        return len(self.rewards)
+
+    def total_gain(self) -> np.ndarray:
+        """Σ_t ΔD_{i,t} per reward: D_{i,0} when the gains telescope (E5)."""
+        return self.gain.sum(axis=1)
+
+    def peak_step(self) -> np.ndarray:
+        """The step t (1..T) with the largest gain, per reward."""
+        return self.gain.argmax(axis=1) + 1
+
+    def to_arrow(self, provenance: Provenance) -> pa.Table:
+        m, T = self.m, self.T
+        t = np.tile(np.arange(T + 1, dtype=np.int32), m)
+
+        def with_null_t0(per_step: np.ndarray | None) -> pa.Array:
+            if per_step is None:
+                return pa.nulls(m * (T + 1), type=pa.float64())
+            full = np.concatenate([np.full((m, 1), np.nan), per_step], axis=1).ravel()
+            return pa.array(full, type=pa.float64(), mask=np.isnan(full))
+
+        def per_level(values: np.ndarray | None) -> pa.Array:
+            if values is None:
+                return pa.nulls(m * (T + 1), type=pa.float64())
+            return pa.array(np.asarray(values, dtype=np.float64).ravel(), type=pa.float64())
+
+        columns = {
+            "reward": pa.array(np.repeat(np.array(self.rewards, dtype=object), T + 1), type=pa.string()),
+            "t": pa.array(t, type=pa.int32()),
+            "sigma": pa.array(np.tile(self.sigmas, m), type=pa.float64()),
+            "D": per_level(self.D),
+            "D_lo": per_level(self.D_lo),
+            "D_hi": per_level(self.D_hi),
+            "gain_raw": with_null_t0(self.gain_raw),
+            "gain": with_null_t0(self.gain),
+            "gain_lo": with_null_t0(self.gain_lo),
+            "gain_hi": with_null_t0(self.gain_hi),
+        }
+        metadata = {**self.meta, "T": T, **provenance.to_metadata()}
+        table = pa.table(columns, schema=pa.schema(list(GAIN_COLUMNS.items())))
+        return table.replace_schema_metadata({k: _json_dumps(v) for k, v in metadata.items()})
+
+
+def validate_gain_table(table: GainTable, where: str = "gain table") -> None:
+    """Raise BadInput unless the arrays and metadata form a valid ``recast.gains/1`` table."""
+    m, T = table.m, table.T
+    if m == 0:
+        raise BadInput(f"{where}: no rewards")
+    if len(set(table.rewards)) != m:
+        raise BadInput(f"{where}: duplicate reward names {list(table.rewards)}")
+    if T < 1:
+        raise BadInput(f"{where}: needs at least t = 0 and t = 1 (T >= 1)")
+    sig = np.asarray(table.sigmas, dtype=np.float64)
+    _check_finite("sigma", sig, where)
+    if sig[0] != 0.0:
+        raise BadInput(f"{where}: sigma at t = 0 must be 0 (clean data), got {sig[0]!r}")
+    if not np.all(np.diff(sig) > 0):
+        t_bad = int(np.argmax(np.diff(sig) <= 0)) + 1
+        raise BadInput(f"{where}: sigma must increase strictly with t (t = T the noisiest); not at t = {t_bad}")
+    if sig[-1] > 1.0:
+        raise BadInput(f"{where}: sigma must lie in [0, 1], got {sig[-1]!r} at t = {T}")
+    shapes = {"D": (m, T + 1), "D_lo": (m, T + 1), "D_hi": (m, T + 1),
+              "gain_raw": (m, T), "gain": (m, T), "gain_lo": (m, T), "gain_hi": (m, T)}
+    for name, shape in shapes.items():
+        values = getattr(table, name)
+        if values is None:
+            if name in ("D", "gain", "gain_raw"):
+                raise BadInput(f"{where}: column {name!r} is missing")
+            continue
+        if np.shape(values) != shape:
+            raise BadInput(f"{where}: column {name!r} has shape {np.shape(values)}, expected {shape}")
+        _check_finite(name, np.asarray(values, dtype=np.float64), where, table.rewards)
+    if np.any(table.gain < 0):
+        i, j = np.argwhere(table.gain < 0)[0]
+        raise BadInput(f"{where}: 'gain' must be non-negative; reward {table.rewards[i]!r} has "
+                       f"{table.gain[i, j]:.3g} at t = {j + 1}")
+    _require_keys(table.meta, GAIN_RUN_KEYS, where)
+    if table.meta["sampling"] not in SAMPLINGS:
+        raise BadInput(f"{where}: metadata 'sampling' must be one of {SAMPLINGS}, got {table.meta['sampling']!r}")
+    if table.meta["monotone"] not in MONOTONE_METHODS:
+        raise BadInput(f"{where}: metadata 'monotone' must be one of {MONOTONE_METHODS}, "
+                       f"got {table.meta['monotone']!r}")
+    if "grid" in table.meta:
+        from recast_cli.grid import GridSpec
+
+        GridSpec.from_json(table.meta["grid"], where)
+
+
+def write_gains(path: str | os.PathLike[str], table: GainTable, *, config: Mapping[str, Any] | None = None,
+                sources: Sequence[Source | str | os.PathLike[str]] = ()) -> Provenance:
+    """Validate ``table`` and write it atomically as a ``recast.gains/1`` Parquet file."""
+    validate_gain_table(table)
+    provenance = Provenance.new(GAINS_SCHEMA, config, sources)
+    arrow = table.to_arrow(provenance)
+    sink = pa.BufferOutputStream()
+    pq.write_table(arrow, sink)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    return provenance
+
+
+def read_gains(path: str | os.PathLike[str]) -> GainTable:
+    """Read and validate a ``recast.gains/1`` Parquet file (BadInput names what is wrong)."""
+    p = Path(path)
+    where = str(p)
+    arrow = _read_parquet(p)
+    meta = _decode_metadata(arrow.schema.metadata, where)
+    _require_schema(meta, GAINS_SCHEMA, where)
+    missing = [c for c in GAIN_COLUMNS if c not in arrow.column_names]
+    if missing:
+        raise BadInput(f"{where}: missing column(s) {', '.join(map(repr, missing))}")
+    kinds = {"reward": pa.types.is_string, "t": pa.types.is_integer}
+    for name in GAIN_COLUMNS:
+        check = kinds.get(name, pa.types.is_floating)
+        dtype = arrow.schema.field(name).type
+        if not (check(dtype) or pa.types.is_null(dtype) or (name == "reward" and pa.types.is_large_string(dtype))):
+            raise BadInput(f"{where}: column {name!r} has type {dtype}, expected {GAIN_COLUMNS[name]}")
+    for name in ("reward", "t", "sigma", "D"):
+        if arrow.column(name).null_count:
+            raise BadInput(f"{where}: column {name!r} has nulls")
+
+    reward_col = arrow.column("reward").to_pylist()
+    t_col = arrow.column("t").to_numpy().astype(np.int64)
+    rewards = tuple(dict.fromkeys(reward_col))
+    index = {r: i for i, r in enumerate(rewards)}
+    seen: set[tuple[str, int]] = set()
+    for r, t in zip(reward_col, t_col.tolist()):
+        if (r, t) in seen:
+            raise BadInput(f"{where}: duplicate row for (reward {r!r}, t = {t})")
+        seen.add((r, t))
+    T = int(t_col.max())
+    for r in rewards:
+        ts = sorted(t for (rr, t) in seen if rr == r)
+        if ts != list(range(T + 1)):
+            raise BadInput(f"{where}: t of reward {r!r} is not contiguous 0..{T} (has {_ranges(ts)})")
+    if "T" in meta and meta["T"] != T:
+        raise BadInput(f"{where}: metadata T = {meta['T']} but rows run t = 0..{T}")
+    _require_keys(meta, ("T", *_PROVENANCE_KEYS[1:]), where)
+
+    m = len(rewards)
+    rows = np.array([index[r] for r in reward_col])
+
+    def grid(name: str) -> np.ndarray:
+        out = np.full((m, T + 1), np.nan)
+        out[rows, t_col] = arrow.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        return out
+
+    sigma = grid("sigma")
+    if not np.all(sigma == sigma[:1]):
+        i, t = np.argwhere(sigma != sigma[:1])[0]
+        raise BadInput(f"{where}: sigma differs between rewards at t = {t} (reward {rewards[i]!r})")
+
+    def per_step(name: str, optional: bool) -> np.ndarray | None:
+        values = grid(name)
+        if not np.isnan(values[:, 0]).all():
+            raise BadInput(f"{where}: column {name!r} must be null at t = 0")
+        body = values[:, 1:]
+        null = _null_mask(arrow, name, rows, t_col, m, T)[:, 1:]
+        if optional and null.all():
+            return None
+        if null.any():
+            i, j = np.argwhere(null)[0]
+            raise BadInput(f"{where}: column {name!r} is null at (reward {rewards[i]!r}, t = {j + 1})")
+        return body
+
+    def per_level(name: str) -> np.ndarray | None:
+        null = _null_mask(arrow, name, rows, t_col, m, T)
+        if null.all():
+            return None
+        if null.any():
+            i, j = np.argwhere(null)[0]
+            raise BadInput(f"{where}: column {name!r} is null at (reward {rewards[i]!r}, t = {j})")
+        return grid(name)
+
+    table = GainTable(
+        rewards=rewards,
+        sigmas=sigma[0],
+        D=grid("D"),
+        gain_raw=per_step("gain_raw", optional=False),
+        gain=per_step("gain", optional=False),
+        D_lo=per_level("D_lo"),
+        D_hi=per_level("D_hi"),
+        gain_lo=per_step("gain_lo", optional=True),
+        gain_hi=per_step("gain_hi", optional=True),
+        meta={k: v for k, v in meta.items() if k not in (*_PROVENANCE_KEYS, "T")},
+        provenance=Provenance.from_metadata(meta, where),
+    )
+    validate_gain_table(table, where)
+    return table
+
+
+def _null_mask(arrow: pa.Table, name: str, rows: np.ndarray, t_col: np.ndarray, m: int, T: int) -> np.ndarray:
+    mask = np.zeros((m, T + 1), dtype=bool)
+    mask[rows, t_col] = arrow.column(name).is_null().to_numpy(zero_copy_only=False)
+    return mask
+
+
+def _ranges(ts: Sequence[int]) -> str:
+    if not ts:
+        return "none"
+    parts, start, prev = [], ts[0], ts[0]
+    for t in list(ts[1:]) + [None]:
+        if t is not None and t == prev + 1:
+            prev = t
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}..{prev}")
+        if t is not None:
+            start = prev = t
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- weight matrix
+
+
+@dataclass(frozen=True)
+class WeightMatrix:
+    """The reward x step weight matrix W (E12) with the gains it was solved from.
+
+    ``W[i, t-1]`` is the weight of reward i at step t; rows sum to λ̂_i, and in mode
+    ``recast`` every column sums to 1/T. ``sigmas`` runs σ_T … σ_0 (scheduler order).
+    ``gain`` holds ΔD_{i,t} on this grid (after E9 resampling, before E10). ``info`` holds
+    solver facts (iterations, marginal error, floor, indiscriminable rewards, spill shares).
+    """
+
+    W: np.ndarray
+    gain: np.ndarray
+    rewards: tuple[str, ...]
+    lam: tuple[float, ...]
+    mode: str
+    tau: float
+    sigmas: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    @property
+    def T(self) -> int:
+        return int(self.W.shape[1])
+
+    @property
+    def m(self) -> int:
+        return int(self.W.shape[0])
+
+
+def validate_weights(w: WeightMatrix, where: str = "weight matrix") -> None:
+    if w.W.ndim != 2 or w.W.shape[0] < 1 or w.W.shape[1] < 1:
+        raise BadInput(f"{where}: tensor 'W' must have shape [m, T], got {list(w.W.shape)}")
+    if w.W.dtype != np.float64:
+        raise BadInput(f"{where}: tensor 'W' must be float64, got {w.W.dtype}")
+    if w.gain.shape != w.W.shape:
+        raise BadInput(f"{where}: tensor 'gain' has shape {list(w.gain.shape)}, expected {list(w.W.shape)}")
+    _check_finite("W", w.W, where, w.rewards)
+    _check_finite("gain", w.gain, where, w.rewards)
+    if np.any(w.W < 0):
+        raise BadInput(f"{where}: tensor 'W' has negative entries")
+    if len(w.rewards) != w.m or len(set(w.rewards)) != w.m:
+        raise BadInput(f"{where}: 'rewards' must name the {w.m} rows of W once each, got {list(w.rewards)}")
+    if len(w.lam) != w.m or not all(math.isfinite(x) and x > 0 for x in w.lam):
+        raise BadInput(f"{where}: 'lambda' must hold {w.m} positive numbers, got {list(w.lam)}")
+    if w.mode not in MODES:
+        raise BadInput(f"{where}: 'mode' must be one of {MODES}, got {w.mode!r}")
+    if not (math.isfinite(w.tau) and w.tau > 0):
+        raise BadInput(f"{where}: 'tau' must be a positive number, got {w.tau!r}")
+    sig = np.asarray(w.sigmas, dtype=np.float64)
+    if sig.shape != (w.T + 1,):
+        raise BadInput(f"{where}: 'sigmas' must hold T + 1 = {w.T + 1} values, got {sig.size}")
+    if not (np.all(np.isfinite(sig)) and np.all(np.diff(sig) < 0) and sig[-1] == 0.0):
+        raise BadInput(f"{where}: 'sigmas' must run strictly down from σ_T to σ_0 = 0")
+
+
+def write_weights(path: str | os.PathLike[str], w: WeightMatrix, *, config: Mapping[str, Any] | None = None,
+                  sources: Sequence[Source | str | os.PathLike[str]] = ()) -> Provenance:
+    """Validate ``w`` and write it atomically as a ``recast.weights/1`` safetensors file."""
+    validate_weights(w)
+    provenance = Provenance.new(WEIGHTS_SCHEMA, config, sources)
+    meta = provenance.to_metadata()
+    metadata = {
+        "schema": WEIGHTS_SCHEMA,
+        "recast_version": provenance.recast_version,
+        "created_at": provenance.created_at,
+        "config": _json_dumps(meta["config"]),
+        "sources": _json_dumps(meta["sources"]),
+        "rewards": _json_dumps(list(w.rewards)),
+        "lambda": _json_dumps([float(x) for x in w.lam]),
+        "mode": w.mode,
+        "tau": _json_dumps(float(w.tau)),
+        "T": _json_dumps(w.T),
+        "sigmas": _json_dumps([float(s) for s in w.sigmas]),
+        "info": _json_dumps(w.info),
+    }
+    tensors = {"W": np.ascontiguousarray(w.W, dtype=np.float64), "gain": np.ascontiguousarray(w.gain, dtype=np.float64)}
+    atomic_write_bytes(path, st_save(tensors, metadata=metadata))
+    return provenance
+
+
+def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
+    """Read and validate a ``recast.weights/1`` safetensors file."""
+    p = Path(path)
+    where = str(p)
+    if not p.is_file():
+        raise BadInput(f"{where}: no such file")
+    data = p.read_bytes()
+    try:
+        tensors = st_load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + header_len])
+    except (SafetensorError, ValueError, json.JSONDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"{where}: not a readable safetensors file ({first})") from None
+    raw = header.get("__metadata__") or {}
+    _require_schema(raw, WEIGHTS_SCHEMA, where)
+    required = ("rewards", "lambda", "mode", "tau", "T", "sigmas", "sources", "config",
+                "recast_version", "created_at")
+    _require_keys(raw, required, where)
+    meta: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("schema", "mode", "recast_version", "created_at"):
+            meta[key] = value
+            continue
+        try:
+            meta[key] = json.loads(value)
+        except json.JSONDecodeError:
+            raise BadInput(f"{where}: metadata {key!r} is not JSON") from None
+    for name in ("W", "gain"):
+        if name not in tensors:
+            raise BadInput(f"{where}: no tensor {name!r}")
+    if meta["T"] != tensors["W"].shape[-1]:
+        raise BadInput(f"{where}: metadata T = {meta['T']} but W has {tensors['W'].shape[-1]} columns")
+    try:
+        lam = tuple(float(x) for x in meta["lambda"])
+        sigmas = np.asarray(meta["sigmas"], dtype=np.float64)
+        tau = float(meta["tau"])
+    except (TypeError, ValueError):
+        raise BadInput(f"{where}: metadata 'lambda', 'sigmas' and 'tau' must be numbers") from None
+    w = WeightMatrix(
+        W=tensors["W"],
+        gain=tensors["gain"],
+        rewards=tuple(str(r) for r in meta["rewards"]),
+        lam=lam,
+        mode=meta["mode"],
+        tau=tau,
+        sigmas=sigmas,
+        info=meta.get("info", {}),
+        provenance=Provenance.from_metadata(meta, where),
+    )
+    validate_weights(w, where)
+    return w

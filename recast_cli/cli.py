@@ -1,0 +1,171 @@
+"""The ``recast`` command: a thin Typer shell over the stage functions.
+
+Conventions every command follows (ARCHITECTURE.md, "CLI contract"): exit 0 on success;
+bad input prints one line on stderr and exits 2 with nothing written; anything else is an
+internal error (exit 1).
+"""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from recast_cli import __version__
+from recast_cli.errors import BadInput
+from recast_cli.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError
+
+# Click's exceptions, wherever this Typer takes Click from (newer releases vendor it).
+click_errors = importlib.import_module(typer.BadParameter.__module__)
+
+out = Console()
+err = Console(stderr=True)
+
+
+class RecastGroup(TyperGroup):
+    """Turns every user error, Click's and ours, into one line on stderr and exit code 2."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            code = super().main(args=args, prog_name=prog_name or "recast", complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except click_errors.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else "recast"
+            code = _fail(f"{where}: error: {exc.format_message()}", 2)
+        except click_errors.ClickException as exc:
+            code = _fail(f"recast: error: {exc.format_message()}", exc.exit_code)
+        except BadInput as exc:
+            code = _fail(f"recast: error: {exc}", 2)
+        except SinkhornError as exc:
+            code = _fail(f"recast: solver error: {exc}", 1)
+        except click_errors.Abort:
+            code = _fail("recast: aborted", 1)
+        code = code if isinstance(code, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _fail(message: str, code: int) -> int:
+    line = " ".join(message.split())
+    if not line.endswith("error:"):  # Click's "no arguments: show help" carries no message
+        sys.stderr.write(line + "\n")
+    return code
+
+
+app = typer.Typer(
+    cls=RecastGroup,
+    name="recast",
+    help="ReCAST: per-reward credit assignment across denoising timesteps for online diffusion RL.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"recast {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Stage 1 measures (positives → gains → W), stage 2 uses (train → evaluate → report)."""
+
+
+@app.command("solve-w")
+def solve_w_command(
+    gains: Path = typer.Option(..., "--gains", help="Gain table (recast.gains/1 Parquet)."),
+    lam: str = typer.Option(..., "--lambda", help="Budgets by position (1,1,2) or by name (clip=1,ocr=2)."),
+    out_path: Path = typer.Option(..., "--out", help="Output weight matrix (.safetensors)."),
+    mode: str = typer.Option("recast", help="recast (Sinkhorn, E12) | nosink (rows only) | static (λ̂/T)."),
+    tau: float = typer.Option(DEFAULT_TAU, help="Temperature τ of the affinity kernel K = exp(ΔD̄/τ) (E11)."),
+    steps: Optional[int] = typer.Option(None, help="Solve on a grid of this many steps (E9 resampling)."),
+    grid: Optional[str] = typer.Option(None, help="Grid family for --steps: linear | flowmatch "
+                                                  "(default: the one the gain table records)."),
+    shift: Optional[float] = typer.Option(None, help="Shift of the flowmatch grid (SD3.5: 3.0)."),
+    floor: float = typer.Option(DEFAULT_FLOOR, help="Rows whose total gain is below floor x the largest "
+                                                    "are indiscriminable and become uniform (E10)."),
+) -> None:
+    """Turn a gain table into the reward x step weight matrix W (E9-E12)."""
+    from recast_cli.solve import solve_w
+
+    report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, floor=floor)
+    for warning in report.warnings:
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    w = report.weights
+    info = w.info
+    if mode == "recast":
+        out.print(f"Sinkhorn: {info['iterations']} iterations, max marginal error {info['marginal_error']:.2e}")
+    if info["resampled"]:
+        out.print(f"gains resampled from T = {info['source_T']} to T = {w.T} through D(σ) (E9)")
+    table = Table(title=f"W ({mode}, τ = {tau:g}, T = {w.T})", title_justify="left")
+    for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
+        table.add_column(name, justify="left" if name == "reward" else "right")
+    lam_total = sum(w.lam)
+    for i, name in enumerate(w.rewards):
+        spill = info["spill_share"][name]
+        table.add_row(name, f"{w.lam[i]:g}", f"{w.lam[i] / lam_total:.4f}", str(int(w.gain[i].argmax()) + 1),
+                      "—" if spill is None else f"{100 * spill:.1f}%")
+    out.print(table)
+    out.print(f"wrote {out_path}")
+
+
+@app.command("inspect")
+def inspect_command(
+    path: Path = typer.Argument(..., help="A gain table (.parquet) or weight matrix (.safetensors)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write Fig. 1 (gains, normalised gains, W) as PNG."),
+) -> None:
+    """Show an artifact's schema, provenance and per-reward summary."""
+    from recast_cli.summary import load_artifact, render, summarise
+
+    if plot is not None:
+        from recast_cli.artifacts import prepare_output
+
+        prepare_output(plot)
+    artifact = load_artifact(path)
+    summary = summarise(artifact)
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    else:
+        render(summary, str(path), out)
+    if plot is not None:
+        _write_plot(plot, title=str(path), **{summary["kind"]: artifact})
+
+
+@app.command("plot")
+def plot_command(
+    out_path: Path = typer.Option(..., "--out", help="Output PNG."),
+    gains: Optional[Path] = typer.Option(None, "--gains", help="Gain table (recast.gains/1)."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="Weight matrix (recast.weights/1)."),
+) -> None:
+    """Write the paper's Fig. 1: per-step gains, mean-normalised gains and W (t/T from clean to noisy)."""
+    from recast_cli.artifacts import prepare_output, read_gains, read_weights
+
+    if gains is None and weights is None:
+        raise BadInput("recast plot needs --gains, --weights or both")
+    prepare_output(out_path)
+    table = read_gains(gains) if gains is not None else None
+    matrix = read_weights(weights) if weights is not None else None
+    _write_plot(out_path, title=" + ".join(str(p) for p in (gains, weights) if p is not None),
+                gains=table, weights=matrix)
+
+
+def _write_plot(path: Path, title: str, gains: Any = None, weights: Any = None) -> None:
+    from recast_cli.figures import figure_from_artifacts, save_figure
+
+    save_figure(figure_from_artifacts(gains=gains, weights=weights, title=title), path)
+    out.print(f"wrote {path}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""Flow-matching policies behind one protocol (ARCHITECTURE.md, "The policy protocol")."""

@@ -1,0 +1,188 @@
+"""From per-step gains to the reward x step weight matrix W (METHOD.md §5, E9-E12).
+
+Read top to bottom it is the method: resample the gains to the training grid (E9),
+mean-normalise them (E10), take the affinity kernel (E11), and balance it with Sinkhorn
+so that rows sum to λ̂ and columns to 1/T (E12). ``static`` and ``nosink`` are the two
+closed-form baselines of the paper's ablation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.interpolate import PchipInterpolator
+
+DEFAULT_TAU = 1.0
+DEFAULT_FLOOR = 1e-3
+DEFAULT_TOL = 1e-10
+SPILL_LEVEL = 0.01
+
+
+class SinkhornError(RuntimeError):
+    """The balancing did not reach the requested marginal error."""
+
+
+def resample_gains(sigmas: np.ndarray, gain: np.ndarray, new_sigmas: np.ndarray) -> np.ndarray:
+    """E9: per-step gains on another σ grid, through the cumulative curve D(σ), never by index.
+
+    The cumulative curve is rebuilt from the non-negative gains and anchored at D(σ_T) = 0,
+    ``D_t = Σ_{s>t} ΔD_s``; it is non-increasing, so PCHIP keeps it monotone between the
+    nodes. Differencing it on ``new_sigmas`` (σ'_0 … σ'_T', increasing) gives gains that are
+    non-negative and, when both grids span [0, σ_T], keep each reward's total D_0.
+    Levels noisier than σ_T keep D = 0 (nothing is discriminable past the anchor).
+    """
+    sigmas = np.asarray(sigmas, dtype=np.float64)
+    new_sigmas = np.asarray(new_sigmas, dtype=np.float64)
+    gain = np.asarray(gain, dtype=np.float64)
+    cumulative = np.concatenate([np.cumsum(gain[:, ::-1], axis=1)[:, ::-1], np.zeros((gain.shape[0], 1))], axis=1)
+    curve = PchipInterpolator(sigmas, cumulative, axis=1, extrapolate=False)
+    new_d = curve(np.clip(new_sigmas, sigmas[0], sigmas[-1]))
+    # PCHIP is exactly monotone; rounding can still leave -1e-17 differences.
+    return np.maximum(new_d[:, :-1] - new_d[:, 1:], 0.0)
+
+
+def indiscriminable_rows(gain: np.ndarray, floor: float = DEFAULT_FLOOR, noise: np.ndarray | None = None) -> np.ndarray:
+    """E10's floor: rows whose total gain is below ``floor`` x the largest row total, or below ``noise``.
+
+    ``noise`` (per row, optional) is the half-width of the bootstrap interval of D_0.
+    """
+    totals = gain.sum(axis=1)
+    low = totals <= floor * totals.max() if totals.max() > 0 else np.ones(len(totals), dtype=bool)
+    if noise is not None:
+        low |= totals < noise
+    return low
+
+
+def mean_normalised_gain(gain: np.ndarray, indiscriminable: np.ndarray) -> np.ndarray:
+    """E10: ΔD̄_{i,t} = ΔD_{i,t} / ((1/T) Σ_s ΔD_{i,s}); indiscriminable rows become uniform (≡ 1)."""
+    gain = np.asarray(gain, dtype=np.float64)
+    out = np.ones_like(gain)
+    keep = ~indiscriminable
+    out[keep] = gain[keep] / gain[keep].mean(axis=1, keepdims=True)
+    return out
+
+
+def log_affinity(normalised_gain: np.ndarray, tau: float = DEFAULT_TAU) -> np.ndarray:
+    """E11 in the log domain: log K_{i,t} = ΔD̄_{i,t} / τ."""
+    return np.asarray(normalised_gain, dtype=np.float64) / tau
+
+
+@dataclass(frozen=True)
+class SinkhornResult:
+    W: np.ndarray
+    iterations: int
+    error: float
+
+
+def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
+    peak = x.max(axis=axis, keepdims=True)
+    return (peak + np.log(np.exp(x - peak).sum(axis=axis, keepdims=True))).squeeze(axis)
+
+
+def marginal_error(W: np.ndarray, row: np.ndarray, col: np.ndarray) -> float:
+    """max(|W·1 − row|_∞, |Wᵀ·1 − col|_∞)."""
+    return float(max(np.abs(W.sum(axis=1) - row).max(), np.abs(W.sum(axis=0) - col).max()))
+
+
+def sinkhorn_log(log_kernel: np.ndarray, row: np.ndarray, col: np.ndarray, tol: float = DEFAULT_TOL,
+                 max_iter: int = 100_000, absorb_at: float = 1e30) -> SinkhornResult:
+    """E12: W = diag(u)·K·diag(v) with W·1 = row and Wᵀ·1 = col, to a marginal error ≤ ``tol``.
+
+    Log-domain stabilised Sinkhorn (Schmitzer 2019): the dual potentials f, g live in the log
+    domain and start from one exact log-sum-exp sweep; between absorptions the scalings
+    u = e^{Δf}, v = e^{Δg} are iterated on the current plan P = exp(log K + f + g), and are
+    absorbed back into f, g whenever they leave [1/absorb_at, absorb_at]. Kernels with any
+    dynamic range (narrow gain windows at large T) stay finite, at the cost of plain
+    matrix-vector products per iteration. One iteration = one row and one column update.
+    """
+    row = np.asarray(row, dtype=np.float64)
+    col = np.asarray(col, dtype=np.float64)
+    f = np.log(row) - _logsumexp(log_kernel, axis=1)
+    g = np.log(col) - _logsumexp(log_kernel + f[:, None], axis=0)
+    iterations = 0
+    while True:
+        plan = np.exp(log_kernel + f[:, None] + g[None, :])
+        u = np.ones_like(row)
+        v = np.ones_like(col)
+        while True:
+            plan_v = plan @ v
+            # Columns are exact after every v-update, so the row error is the marginal error.
+            error = float(np.abs(u * plan_v - row).max())
+            if error <= tol:
+                W = u[:, None] * plan * v[None, :]
+                return SinkhornResult(W=W, iterations=iterations, error=marginal_error(W, row, col))
+            if iterations >= max_iter:
+                raise SinkhornError(f"Sinkhorn did not reach a marginal error of {tol:g} in {max_iter} "
+                                    f"iterations (error {error:.3g}); try a larger --tau")
+            iterations += 1
+            u = row / plan_v
+            v = col / (u @ plan)
+            if not (np.isfinite(u).all() and np.isfinite(v).all()):
+                raise SinkhornError("Sinkhorn scalings overflowed; the kernel is degenerate")
+            if max(u.max(), v.max()) > absorb_at or min(u.min(), v.min()) < 1 / absorb_at:
+                break
+        f += np.log(u)
+        g += np.log(v)
+
+
+def lambda_hat(lam: np.ndarray) -> np.ndarray:
+    """λ̂ = λ / Σλ."""
+    lam = np.asarray(lam, dtype=np.float64)
+    return lam / lam.sum()
+
+
+def static_weights(lam: np.ndarray, steps: int) -> np.ndarray:
+    """The static baseline: W_{i,t} = λ̂_i / T (every step weighs each reward by its budget)."""
+    return np.repeat(lambda_hat(lam)[:, None], steps, axis=1) / steps
+
+
+def nosink_weights(log_kernel: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """The no-Sinkhorn ablation: row marginals only, W_{i,t} = λ̂_i·K_{i,t} / Σ_s K_{i,s}."""
+    return lambda_hat(lam)[:, None] * np.exp(log_kernel - _logsumexp(log_kernel, axis=1)[:, None])
+
+
+@dataclass(frozen=True)
+class Solution:
+    """W with what it was solved from and how the solve went."""
+
+    W: np.ndarray
+    normalised_gain: np.ndarray
+    indiscriminable: np.ndarray
+    iterations: int
+    error: float
+
+
+def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: float = DEFAULT_TAU,
+                  floor: float = DEFAULT_FLOOR, noise: np.ndarray | None = None,
+                  tol: float = DEFAULT_TOL) -> Solution:
+    """E10-E12 (or a closed-form baseline) for per-step gains ``gain`` [m, T] and budgets ``lam`` [m]."""
+    gain = np.asarray(gain, dtype=np.float64)
+    m, steps = gain.shape
+    low = indiscriminable_rows(gain, floor, noise)
+    normalised = mean_normalised_gain(gain, low)
+    row = lambda_hat(lam)
+    col = np.full(steps, 1.0 / steps)
+    if mode == "static":
+        W = static_weights(lam, steps)
+        return Solution(W, normalised, low, 0, marginal_error(W, row, col))
+    log_k = log_affinity(normalised, tau)
+    if mode == "nosink":
+        W = nosink_weights(log_k, lam)
+        return Solution(W, normalised, low, 0, float(np.abs(W.sum(axis=1) - row).max()))
+    if mode != "recast":
+        raise ValueError(f"unknown mode {mode!r}")
+    result = sinkhorn_log(log_k, row, col, tol=tol)
+    return Solution(result.W, normalised, low, result.iterations, result.error)
+
+
+def spill_share(W: np.ndarray, gain: np.ndarray, level: float = SPILL_LEVEL) -> np.ndarray:
+    """Per reward, the share of its W placed on steps where its gain is below ``level`` x its peak.
+
+    METHOD.md §5: equal column sums force a reward with a narrow informative window to spill
+    weight onto steps where it carries ~no information. NaN for a row whose gain is all zero.
+    """
+    peak = gain.max(axis=1, keepdims=True)
+    low = gain < level * peak
+    share = (W * low).sum(axis=1) / W.sum(axis=1)
+    return np.where(peak[:, 0] > 0, share, np.nan)

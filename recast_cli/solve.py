@@ -1,0 +1,149 @@
+"""The ``solve-w`` stage: a gain table and budgets λ in, a ``recast.weights/1`` matrix out.
+
+Top to bottom: read the gains, parse λ against the table's rewards, move the gains to the
+training grid when it differs (E9), solve (E10-E12, or a baseline mode), measure the spill
+(METHOD.md §5), write the artifact.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from recast_cli.artifacts import MODES, Source, WeightMatrix, read_gains, write_weights
+from recast_cli.errors import BadInput
+from recast_cli.grid import GRID_KINDS, GridSpec
+from recast_cli.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, resample_gains, solve_weights, spill_share
+
+
+def parse_lambda(text: str, rewards: tuple[str, ...]) -> np.ndarray:
+    """λ from ``"1,1,2"`` (the table's reward order) or ``"clip=1,ocr=2"`` (by name).
+
+    By name, every reward not named keeps the default budget 1.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in parts):
+        raise BadInput(f"--lambda {text!r}: expected comma-separated numbers or name=number pairs")
+    named = ["=" in p for p in parts]
+    if any(named) and not all(named):
+        raise BadInput(f"--lambda {text!r}: give every value by position or every value by name, not both")
+
+    def number(raw: str, label: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise BadInput(f"--lambda: {label} {raw!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise BadInput(f"--lambda: {label} must be a positive finite number, got {raw!r}")
+        return value
+
+    if not all(named):
+        if len(parts) != len(rewards):
+            raise BadInput(f"--lambda has {len(parts)} values but the gain table has {len(rewards)} rewards "
+                           f"({', '.join(rewards)})")
+        return np.array([number(p, f"value for {r!r}") for p, r in zip(parts, rewards)])
+    lam = dict.fromkeys(rewards, 1.0)
+    given: set[str] = set()
+    for part in parts:
+        name, raw = (s.strip() for s in part.split("=", 1))
+        if name not in lam:
+            raise BadInput(f"--lambda: unknown reward {name!r}; the gain table has {', '.join(rewards)}")
+        if name in given:
+            raise BadInput(f"--lambda: reward {name!r} is given twice")
+        given.add(name)
+        lam[name] = number(raw, f"value for {name!r}")
+    return np.array(list(lam.values()))
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    """The written matrix and what a user should be told about it."""
+
+    weights: WeightMatrix
+    warnings: list[str] = field(default_factory=list)
+
+
+def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike[str], *, mode: str = "recast",
+            tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None,
+            shift: float | None = None, floor: float = DEFAULT_FLOOR) -> SolveReport:
+    """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input)."""
+    if mode not in MODES:
+        raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not (math.isfinite(tau) and tau > 0):
+        raise BadInput(f"--tau must be a positive number, got {tau!r}")
+    if steps is not None and steps < 1:
+        raise BadInput(f"--steps must be at least 1, got {steps}")
+    if not (math.isfinite(floor) and 0 <= floor < 1):
+        raise BadInput(f"--floor must lie in [0, 1), got {floor!r}")
+    if grid is not None and grid not in GRID_KINDS:
+        raise BadInput(f"--grid must be one of {', '.join(GRID_KINDS)}, got {grid!r}")
+    if shift is not None and not (math.isfinite(shift) and shift > 0):
+        raise BadInput(f"--shift must be a positive number, got {shift!r}")
+    table = read_gains(gains)
+    lam = parse_lambda(lam_text, table.rewards)
+    out_path = Path(out)
+
+    spec = None
+    if steps is None and grid is None and shift is None:
+        sigmas, gain = table.sigmas, table.gain
+    else:
+        spec = _target_grid(table.meta.get("grid"), grid, shift, gains)
+        sigmas = spec.sigmas(steps if steps is not None else table.T)
+        gain = table.gain if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, table.gain, sigmas)
+
+    noise = None
+    if table.D_lo is not None and table.D_hi is not None:
+        noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
+    solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise)
+    totals = gain.sum(axis=1)
+    warnings = [
+        f"reward {name!r} is indiscriminable (total gain {totals[i]:.3g} is below the floor "
+        f"{floor:g} x the largest total{' or its bootstrap noise' if noise is not None else ''}); "
+        f"its row of W is uniform"
+        for i, name in enumerate(table.rewards) if solution.indiscriminable[i]
+    ]
+    spill = spill_share(solution.W, gain)
+    info = {
+        "iterations": solution.iterations,
+        "marginal_error": solution.error,
+        "floor": floor,
+        "indiscriminable": [r for r, low in zip(table.rewards, solution.indiscriminable) if low],
+        "spill_share": {r: (None if math.isnan(s) else float(s)) for r, s in zip(table.rewards, spill)},
+        "source_T": table.T,
+        "resampled": gain is not table.gain,
+    }
+    weights = WeightMatrix(
+        W=solution.W,
+        gain=gain,
+        rewards=table.rewards,
+        lam=tuple(float(x) for x in lam),
+        mode=mode,
+        tau=tau,
+        sigmas=sigmas[::-1].copy(),
+        info=info,
+    )
+    config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
+              "grid": spec.to_json() if spec else None, "floor": floor}
+    provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
+    return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
+
+
+def _target_grid(recorded: object, kind: str | None, shift: float | None, where: object) -> GridSpec:
+    """The grid family to solve on: the table's recorded family, with --grid/--shift overriding it."""
+    if recorded is None and kind is None:
+        raise BadInput(f"{where}: the gain table records no grid family; pass --grid {'|'.join(GRID_KINDS)}")
+    base = GridSpec.from_json(recorded, str(where)) if recorded is not None else None
+    kind = kind or base.kind
+    if kind == "linear":
+        if shift is not None:
+            raise BadInput("--shift applies to the flowmatch grid, not the linear one")
+        return GridSpec("linear")
+    if shift is None and (base is None or base.kind != "flowmatch"):
+        raise BadInput("--grid flowmatch needs --shift (SD3 / SD3.5 use 3.0)")
+    recorded_flow = base if base is not None and base.kind == "flowmatch" else GridSpec("flowmatch")
+    return GridSpec("flowmatch", shift if shift is not None else recorded_flow.shift,
+                    recorded_flow.num_train_timesteps)

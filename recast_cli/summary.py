@@ -1,0 +1,134 @@
+"""What ``recast inspect`` shows: a JSON-ready summary of any artifact and its rich rendering."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+
+from recast_cli.artifacts import GainTable, Provenance, WeightMatrix, artifact_kind, read_gains, read_weights
+from recast_cli.sinkhorn import spill_share
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: np.ndarray, width: int = 40) -> str:
+    """A one-line profile of ``values`` (binned to at most ``width`` characters), scaled to its max."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size > width:
+        values = np.array([chunk.mean() for chunk in np.array_split(values, width)])
+    top = values.max()
+    if top <= 0:
+        return SPARK[0] * values.size
+    return "".join(SPARK[int(round(v / top * (len(SPARK) - 1)))] for v in np.clip(values, 0, None))
+
+
+def load_artifact(path: str | os.PathLike[str]) -> GainTable | WeightMatrix:
+    kind = artifact_kind(path)
+    return read_gains(path) if kind == "parquet" else read_weights(path)
+
+
+def _provenance_json(p: Provenance | None) -> dict[str, Any]:
+    return p.to_metadata() if p is not None else {}
+
+
+def summarise(artifact: GainTable | WeightMatrix) -> dict[str, Any]:
+    """A JSON-serialisable description: schema, provenance, run facts and per-reward rows."""
+    if isinstance(artifact, GainTable):
+        t = artifact
+        rows = []
+        for i, name in enumerate(t.rewards):
+            row = {
+                "reward": name,
+                "D0": float(t.D[i, 0]),
+                "total_gain": float(t.gain[i].sum()),
+                "peak_t": int(t.peak_step()[i]),
+                "gain": t.gain[i].tolist(),
+            }
+            if t.D_lo is not None and t.D_hi is not None:
+                row["D0_interval"] = [float(t.D_lo[i, 0]), float(t.D_hi[i, 0])]
+            rows.append(row)
+        return {
+            **_provenance_json(t.provenance),
+            "kind": "gains",
+            "T": t.T,
+            "sigmas": t.sigmas.tolist(),
+            "run": t.meta,
+            "rewards": rows,
+        }
+    w = artifact
+    spill = spill_share(w.W, w.gain)
+    lam_hat = np.asarray(w.lam) / np.sum(w.lam)
+    rows = [
+        {
+            "reward": name,
+            "lambda": w.lam[i],
+            "lambda_hat": float(lam_hat[i]),
+            "row_sum": float(w.W[i].sum()),
+            "D0": float(w.gain[i].sum()),
+            "peak_t": int(w.gain[i].argmax() + 1),
+            "spill_share": None if np.isnan(spill[i]) else float(spill[i]),
+            "W": w.W[i].tolist(),
+        }
+        for i, name in enumerate(w.rewards)
+    ]
+    return {
+        **_provenance_json(w.provenance),
+        "kind": "weights",
+        "mode": w.mode,
+        "tau": w.tau,
+        "T": w.T,
+        "sigmas": w.sigmas.tolist(),
+        "column_sums": w.W.sum(axis=0).tolist(),
+        "solver": w.info,
+        "rewards": rows,
+    }
+
+
+def render(summary: dict[str, Any], path: str, console: Console) -> None:
+    """Print a summary as a provenance panel and a per-reward table."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    facts.add_row("schema", summary.get("schema", "?"))
+    facts.add_row("created", f"{summary.get('created_at', '?')} by recast {summary.get('recast_version', '?')}")
+    for source in summary.get("sources", []):
+        facts.add_row("source", f"{source['path']}  sha256:{source['sha256'][:12]}")
+    sig = summary["sigmas"]
+    facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}")
+    if summary["kind"] == "gains":
+        run = summary["run"]
+        facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("alpha", "beta", "N", "K", "P", "sampling",
+                                                                   "crn", "monotone") if k in run))
+        table = Table(title="per reward", title_justify="left")
+        for col, style in (("reward", "bold"), ("D_0", None), ("peak t", None), ("gain over t/T (clean → noisy)", None)):
+            table.add_column(col, style=style, justify="left" if col in ("reward",) or "gain" in col else "right")
+        for r in summary["rewards"]:
+            d0 = f"{r['D0']:.4g}"
+            if "D0_interval" in r:
+                d0 += f" [{r['D0_interval'][0]:.3g}, {r['D0_interval'][1]:.3g}]"
+            table.add_row(r["reward"], d0, str(r["peak_t"]), sparkline(np.array(r["gain"])))
+    else:
+        solver = summary["solver"]
+        facts.add_row("mode", f"{summary['mode']}, τ = {summary['tau']:g}")
+        if solver:
+            facts.add_row("solver", f"{solver.get('iterations', 0)} iterations, "
+                                    f"max marginal error {solver.get('marginal_error', float('nan')):.2e}")
+        col = np.array(summary["column_sums"])
+        facts.add_row("columns", f"T·Σ_i W_it from {col.min() * summary['T']:.6f} to {col.max() * summary['T']:.6f}")
+        table = Table(title="per reward", title_justify="left")
+        for name in ("reward", "λ", "row sum", "D_0", "peak t", "spill <1% peak", "W over t/T (clean → noisy)",
+                     "max T·W"):
+            table.add_column(name, justify="left" if name.startswith(("reward", "W ")) else "right")
+        for r in summary["rewards"]:
+            spill = "—" if r["spill_share"] is None else f"{100 * r['spill_share']:.1f}%"
+            table.add_row(r["reward"], f"{r['lambda']:g}", f"{r['row_sum']:.6f}", f"{r['D0']:.4g}",
+                          str(r["peak_t"]), spill, sparkline(np.array(r["W"])),
+                          f"{max(r['W']) * summary['T']:.3f}")
+    console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
+    console.print(Group(table))
+

@@ -125,21 +125,22 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 # --------------------------------------------------------------------------- atomic output
 
 
-def prepare_output(path: str | os.PathLike[str]) -> Path:
-    """Check, before any work is done, that ``path`` can be written; create missing parents.
+def check_writable(path: str | os.PathLike[str]) -> Path:
+    """Check, before any work is done and without touching the disk, that ``path`` can be written.
 
-    Raises BadInput naming the reason when it cannot (parent is a file, path is a
-    directory, no permission, read-only file system).
+    Missing parent folders are fine (they are created at write time); a parent that is a
+    file, a path that is a folder, or a folder without write permission is BadInput.
     """
     out = Path(path)
     if out.is_dir():
         raise BadInput(f"cannot write {out}: it is a directory")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
-            pass
-    except OSError as exc:
-        raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
+    ancestor = out.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise BadInput(f"cannot write {out}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write {out}: no write permission in {ancestor}")
     return out
 
 
@@ -150,8 +151,12 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     If the body raises, the temporary file is removed and ``path`` is untouched, so a
     crashed stage never leaves a half-written artifact.
     """
-    out = prepare_output(path)
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    out = check_writable(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -129,9 +129,9 @@ def inspect_command(
     from recast_cli.summary import load_artifact, render, summarise
 
     if plot is not None:
-        from recast_cli.artifacts import prepare_output
+        from recast_cli.artifacts import check_writable
 
-        prepare_output(plot)
+        check_writable(plot)
     artifact = load_artifact(path)
     summary = summarise(artifact)
     if as_json:
@@ -149,11 +149,11 @@ def plot_command(
     weights: Optional[Path] = typer.Option(None, "--weights", help="Weight matrix (recast.weights/1)."),
 ) -> None:
     """Write the paper's Fig. 1: per-step gains, mean-normalised gains and W (t/T from clean to noisy)."""
-    from recast_cli.artifacts import prepare_output, read_gains, read_weights
+    from recast_cli.artifacts import check_writable, read_gains, read_weights
 
     if gains is None and weights is None:
         raise BadInput("recast plot needs --gains, --weights or both")
-    prepare_output(out_path)
+    check_writable(out_path)
     table = read_gains(gains) if gains is not None else None
     matrix = read_weights(weights) if weights is not None else None
     _write_plot(out_path, title=" + ".join(str(p) for p in (gains, weights) if p is not None),

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
-from recast_cli.artifacts import MODES, Source, WeightMatrix, read_gains, write_weights
+from recast_cli.artifacts import MODES, Source, WeightMatrix, check_writable, read_gains, write_weights
 from recast_cli.errors import BadInput
 from recast_cli.grid import GRID_KINDS, GridSpec
 from recast_cli.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, resample_gains, solve_weights, spill_share
@@ -83,9 +82,9 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--grid must be one of {', '.join(GRID_KINDS)}, got {grid!r}")
     if shift is not None and not (math.isfinite(shift) and shift > 0):
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
+    out_path = check_writable(out)
     table = read_gains(gains)
     lam = parse_lambda(lam_text, table.rewards)
-    out_path = Path(out)
 
     spec = None
     if steps is None and grid is None and shift is None:

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import numpy as np
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -16,7 +17,7 @@ from recast_cli.sinkhorn import spill_share
 SPARK = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: np.ndarray, width: int = 40) -> str:
+def sparkline(values: np.ndarray, width: int = 30) -> str:
     """A one-line profile of ``values`` (binned to at most ``width`` characters), scaled to its max."""
     values = np.asarray(values, dtype=np.float64)
     if values.size > width:
@@ -104,9 +105,11 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
         run = summary["run"]
         facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("alpha", "beta", "N", "K", "P", "sampling",
                                                                    "crn", "monotone") if k in run))
-        table = Table(title="per reward", title_justify="left")
-        for col, style in (("reward", "bold"), ("D_0", None), ("peak t", None), ("gain over t/T (clean → noisy)", None)):
-            table.add_column(col, style=style, justify="left" if col in ("reward",) or "gain" in col else "right")
+        table = Table(title="per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("reward", style="bold", no_wrap=True)
+        table.add_column("D_0", justify="right")
+        table.add_column("peak t", justify="right")
+        table.add_column("gain: clean → noisy", no_wrap=True)
         for r in summary["rewards"]:
             d0 = f"{r['D0']:.4g}"
             if "D0_interval" in r:
@@ -120,15 +123,19 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
                                     f"max marginal error {solver.get('marginal_error', float('nan')):.2e}")
         col = np.array(summary["column_sums"])
         facts.add_row("columns", f"T·Σ_i W_it from {col.min() * summary['T']:.6f} to {col.max() * summary['T']:.6f}")
-        table = Table(title="per reward", title_justify="left")
-        for name in ("reward", "λ", "row sum", "D_0", "peak t", "spill <1% peak", "W over t/T (clean → noisy)",
-                     "max T·W"):
-            table.add_column(name, justify="left" if name.startswith(("reward", "W ")) else "right")
+        row_err = max(abs(r["row_sum"] - r["lambda_hat"]) for r in summary["rewards"])
+        facts.add_row("rows", f"max |Σ_t W_it − λ̂_i| = {row_err:.1e}")
+        table = Table(title="per reward (spill: share of W where the gain is < 1% of its peak)",
+                      title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("reward", style="bold", no_wrap=True)
+        for name in ("λ", "D_0", "peak t", "spill"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("W: clean → noisy", no_wrap=True)
+        table.add_column("max T·W", justify="right")
         for r in summary["rewards"]:
             spill = "—" if r["spill_share"] is None else f"{100 * r['spill_share']:.1f}%"
-            table.add_row(r["reward"], f"{r['lambda']:g}", f"{r['row_sum']:.6f}", f"{r['D0']:.4g}",
-                          str(r["peak_t"]), spill, sparkline(np.array(r["W"])),
-                          f"{max(r['W']) * summary['T']:.3f}")
+            table.add_row(r["reward"], f"{r['lambda']:g}", f"{r['D0']:.4g}",
+                          str(r["peak_t"]), spill, sparkline(np.array(r["W"])), f"{max(r['W']) * summary['T']:.3f}")
     console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
     console.print(Group(table))
 

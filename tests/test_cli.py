@@ -191,6 +191,16 @@ def test_unwritable_output_gives_one_line_and_exit_2(gains_path, tmp_path):
                            "is a directory")
 
 
+def test_bad_input_creates_no_output_folders(gains_path, tmp_path):
+    out = tmp_path / "new" / "deeper" / "W.safetensors"
+    assert_one_line_exit_2(recast("solve-w", "--gains", gains_path, "--lambda", "1,1", "--out", out), "has 2 values")
+    assert_one_line_exit_2(recast("inspect", tmp_path / "absent.parquet", "--plot", tmp_path / "new" / "f.png"),
+                           "no such file")
+    assert not (tmp_path / "new").exists()
+    assert recast("solve-w", "--gains", gains_path, "--lambda", "1,1,1,1", "--out", out).exit_code == 0
+    assert out.is_file()
+
+
 def test_subprocess_bad_input_and_success(gains_path, tmp_path):
     """The installed console entry point, not just the in-process runner."""
     exe = [sys.executable, "-c", "from recast_cli.cli import main; main()"]

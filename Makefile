@@ -10,9 +10,18 @@ DEMO   := artifacts/demo
 
 setup: $(STAMP)
 
+# torch first, pinned to the builds this project is tested with (override: make setup TORCH="torch==X ...").
+# On x86_64 torchvision (needed by open_clip) pairs with torch 2.14.1; aarch64 has CPU wheels of 2.9.1.
+ifeq ($(shell uname -m),aarch64)
+TORCH ?= torch==2.9.1 torchvision==0.24.1
+else
+TORCH ?= torch==2.14.1 torchvision==0.29.1
+endif
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[rewards,test]'
 	touch $@
 
 test: $(STAMP)

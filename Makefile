@@ -35,6 +35,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sinkhorn.py
+	$(BIN)/python benchmarks/bench_rollouts.py
 
 # Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
 example: $(STAMP)

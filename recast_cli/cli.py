@@ -44,7 +44,7 @@ class RecastGroup(TyperGroup):
             code = _fail(f"recast: error: {exc}", 2)
         except SinkhornError as exc:
             code = _fail(f"recast: solver error: {exc}", 1)
-        except click_errors.Abort:
+        except typer.Abort:
             code = _fail("recast: aborted", 1)
         code = code if isinstance(code, int) else 0
         if standalone_mode:
@@ -158,6 +158,63 @@ def plot_command(
     matrix = read_weights(weights) if weights is not None else None
     _write_plot(out_path, title=" + ".join(str(p) for p in (gains, weights) if p is not None),
                 gains=table, weights=matrix)
+
+
+@app.command("sample")
+def sample_command(
+    out_dir: Path = typer.Option(..., "--out", help="Folder for the PNGs."),
+    setting: str = typer.Option("toy", help="Setting name (pipelines/NAME.toml) or a .toml path."),
+    prompt: list[str] = typer.Option(..., "--prompt", help="Prompt (repeat for several)."),
+    n: int = typer.Option(4, "--n", help="Images per prompt."),
+    seed: int = typer.Option(0, help="Image i of a prompt uses seed + i."),
+    steps: Optional[int] = typer.Option(None, help="Sampling steps (default: the setting's)."),
+    guidance_scale: Optional[float] = typer.Option(None, "--cfg", help="CFG scale (default: the setting's)."),
+    noise_level: float = typer.Option(0.0, help="SDE noise level a (0: deterministic ODE)."),
+    batch: int = typer.Option(8, help="Images per model batch."),
+    device: Optional[str] = typer.Option(None, help="torch device (default: cuda if available)."),
+) -> None:
+    """Sample images from a setting's policy and write them as PNGs."""
+    from recast_cli.sample import sample_images
+    from recast_cli.settings import build_policy, check_prompts, load_setting
+
+    if n < 1 or batch < 1:
+        raise BadInput("--n and --batch must be at least 1")
+    if steps is not None and steps < 1:
+        raise BadInput(f"--steps must be at least 1, got {steps}")
+    if noise_level < 0:
+        raise BadInput(f"--noise-level must be >= 0, got {noise_level}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"cannot write into {out_dir}: it is not a directory")
+    spec = load_setting(setting).policy
+    check_prompts(spec, prompt)
+    policy = build_policy(spec, device=device, steps=steps, guidance_scale=guidance_scale)
+    paths = sample_images(policy, prompt, n, out_dir, seed=seed, noise_level=noise_level, batch=batch)
+    out.print(f"wrote {len(paths)} images to {out_dir}")
+
+
+toy_app = typer.Typer(help="The toy world: pretraining its tiny SD3-architecture model.", no_args_is_help=True)
+app.add_typer(toy_app, name="toy")
+
+
+@toy_app.command("pretrain")
+def toy_pretrain_command(
+    out_dir: Path = typer.Option(Path("pipelines/toy/model"), "--out", help="Model folder to write."),
+    work: Path = typer.Option(Path("artifacts/toy-pretrain"), help="Checkpoints; rerun to resume."),
+    seed: int = typer.Option(0),
+    vae_steps: int = typer.Option(1500, help="Autoencoder steps."),
+    steps: int = typer.Option(12000, help="Flow-matching steps of the transformer."),
+    batch: int = typer.Option(64),
+) -> None:
+    """Train the toy model on renderer images (resumable), write it in diffusers layout."""
+    from recast_cli.toy.pretrain import PretrainConfig, pretrain
+
+    if min(vae_steps, steps, batch) < 1:
+        raise BadInput("--vae-steps, --steps and --batch must be at least 1")
+    cfg = PretrainConfig(seed=seed, vae_steps=vae_steps, steps=steps, batch=batch)
+    command = (f"recast toy pretrain --out {out_dir} --work {work} --seed {seed} --vae-steps {vae_steps} "
+               f"--steps {steps} --batch {batch}")
+    provenance = pretrain(out_dir, work, cfg, command)
+    out.print(f"wrote {out_dir} (final losses: {provenance['final_loss']})")
 
 
 def _write_plot(path: Path, title: str, gains: Any = None, weights: Any = None) -> None:

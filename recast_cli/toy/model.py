@@ -57,7 +57,7 @@ def build_pipeline(words: Sequence[str], with_t5: bool = False, seed: int = 0, i
     vae = AutoencoderKL(
         in_channels=3, out_channels=3, latent_channels=LATENT_CHANNELS,
         down_block_types=("DownEncoderBlock2D",) * 3, up_block_types=("UpDecoderBlock2D",) * 3,
-        block_out_channels=(32, 64, 64), layers_per_block=1, norm_num_groups=16, sample_size=image_size,
+        block_out_channels=(16, 32, 32), layers_per_block=1, norm_num_groups=8, sample_size=image_size,
         use_quant_conv=False, use_post_quant_conv=False, scaling_factor=1.0, shift_factor=0.0)
     latent_size = image_size // 4
     transformer = SD3Transformer2DModel(

@@ -1,0 +1,54 @@
+"""``recast sample``: images from a setting's policy (any policy), written as PNGs."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from recast_cli.artifacts import atomic_write_bytes
+from recast_cli.policy.base import FlowPolicy
+
+
+def slug(prompt: str, limit: int = 60) -> str:
+    """A file-name-safe form of a prompt."""
+    return re.sub(r"[^a-z0-9]+", "-", prompt.lower()).strip("-")[:limit] or "prompt"
+
+
+def to_pil(images: torch.Tensor) -> list[Image.Image]:
+    """[B, 3, H, W] in [0, 1] → RGB PIL images (rounded to 8 bits)."""
+    array = (images.clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy() * 255).round().astype(np.uint8)
+    return [Image.fromarray(a) for a in array]
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def sample_images(policy: FlowPolicy, prompts: Sequence[str], n: int, out_dir: str | Path, seed: int = 0,
+                  noise_level: float = 0.0, batch: int = 8) -> list[Path]:
+    """``n`` images per prompt; image i of a prompt uses seed ``seed + i`` (reproducible one by one)."""
+    out_dir = Path(out_dir)
+    jobs = [(p, i) for p in prompts for i in range(n)]
+    written = []
+    with Progress(TextColumn("sampling"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as progress:
+        task = progress.add_task("sample", total=len(jobs))
+        for start in range(0, len(jobs), batch):
+            chunk = jobs[start : start + batch]
+            cond = policy.encode_prompts([p for p, _ in chunk])
+            seeds = torch.tensor([seed + i for _, i in chunk])
+            latents = policy.sample(cond, noise_level, seeds, keep_log_probs=False).states[:, -1]
+            for (prompt, i), image in zip(chunk, to_pil(policy.decode(latents))):
+                path = out_dir / f"{slug(prompt)}-{seed + i:04d}.png"
+                atomic_write_bytes(path, png_bytes(image))
+                written.append(path)
+            progress.update(task, advance=len(chunk))
+    return written

@@ -1,0 +1,109 @@
+"""Settings: one TOML file per setting in ``pipelines/`` (toy.toml, ocr.toml, geneval.toml).
+
+A setting names its policy and the defaults of every stage. ``--setting NAME`` reads
+``pipelines/NAME.toml`` of this checkout; ``--setting PATH.toml`` reads any file. Paths inside
+a setting are relative to the file, so a setting folder can be moved as a whole.
+
+This module reads the ``[policy]`` table; later stages add their own tables.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recast_cli.errors import BadInput
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+POLICY_KINDS = ("sd3", "gmm1d")
+PROMPT_CHECKS = ("none", "toy")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """How to build the setting's policy (see ``build_policy``)."""
+
+    kind: str
+    path: Path | None = None
+    steps: int = 10
+    guidance_scale: float = 4.5
+    resolution: int | None = None
+    max_sequence_length: int = 256
+    precision: str = "auto"
+    noise_level: float = 0.7
+    prompt_check: str = "none"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    file: Path
+    policy: PolicySpec
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def setting_path(name_or_path: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml":
+        return candidate
+    return PIPELINES / f"{name_or_path}.toml"
+
+
+def load_setting(name_or_path: str) -> Setting:
+    """Read and check a setting; BadInput names the file and the problem."""
+    path = setting_path(name_or_path)
+    if not path.is_file():
+        known = sorted(p.stem for p in PIPELINES.glob("*.toml"))
+        raise BadInput(f"no setting {name_or_path!r} (looked for {path}); known: {', '.join(known) or 'none'}")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{path}: not valid TOML ({exc})") from None
+    table = raw.get("policy")
+    if not isinstance(table, dict):
+        raise BadInput(f"{path}: no [policy] table")
+    allowed = set(PolicySpec.__dataclass_fields__)
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise BadInput(f"{path}: unknown [policy] keys {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    if table.get("kind") not in POLICY_KINDS:
+        raise BadInput(f"{path}: [policy] kind must be one of {', '.join(POLICY_KINDS)}")
+    if table.get("prompt_check", "none") not in PROMPT_CHECKS:
+        raise BadInput(f"{path}: [policy] prompt_check must be one of {', '.join(PROMPT_CHECKS)}")
+    values = dict(table)
+    if "path" in values:
+        values["path"] = (path.parent / values["path"]).resolve()
+    try:
+        spec = PolicySpec(**values)
+    except TypeError as exc:
+        raise BadInput(f"{path}: [policy] {exc}") from None
+    return Setting(name=path.stem, file=path, policy=spec, raw=raw)
+
+
+def check_prompts(spec: PolicySpec, prompts: list[str]) -> None:
+    """The setting's prompt check (the toy world accepts only its vocabulary)."""
+    if spec.prompt_check == "toy":
+        from recast_cli.toy.renderer import parse_prompt
+
+        for prompt in prompts:
+            parse_prompt(prompt)
+
+
+def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None = None,
+                 guidance_scale: float | None = None):
+    """The setting's policy, with optional overrides of its sampling steps and CFG scale."""
+    steps = spec.steps if steps is None else steps
+    if spec.kind == "gmm1d":
+        from recast_cli.policy.gmm1d import GMM1DPolicy
+
+        return GMM1DPolicy(steps=steps)
+    from recast_cli.policy.sd3 import SD3Policy
+
+    if spec.path is None:
+        raise BadInput("an sd3 policy needs [policy] path = the model folder")
+    return SD3Policy.from_pretrained(
+        spec.path, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
+        resolution=spec.resolution, max_sequence_length=spec.max_sequence_length, precision=spec.precision,
+        device=device)

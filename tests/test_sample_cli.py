@@ -1,0 +1,59 @@
+"""`recast sample` and settings: any setting's policy, PNGs out, bad input as one line."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from recast_cli.cli import app
+from recast_cli.toy.model import build_pipeline, save_pipeline
+from recast_cli.toy.pretrain import toy_words
+
+runner = CliRunner()
+PROMPT = "a red circle on a white background"
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory):
+    root = tmp_path_factory.mktemp("setting")
+    save_pipeline(build_pipeline(toy_words(), seed=1), root / "model")
+    path = root / "tiny.toml"
+    path.write_text('[policy]\nkind = "sd3"\npath = "model"\nsteps = 3\nguidance_scale = 2.0\n'
+                    'max_sequence_length = 1\nprecision = "no"\nprompt_check = "toy"\n')
+    return path
+
+
+def test_sample_writes_n_pngs_per_prompt_reproducibly(setting, tmp_path):
+    args = ["sample", "--setting", str(setting), "--prompt", PROMPT, "--prompt", "a blue square on a black background",
+            "--n", "2", "--device", "cpu"]
+    first = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.stderr
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == ["a-blue-square-on-a-black-background-0000.png", "a-blue-square-on-a-black-background-0001.png",
+                     "a-red-circle-on-a-white-background-0000.png", "a-red-circle-on-a-white-background-0001.png"]
+    assert Image.open(tmp_path / "a" / files[0]).size == (32, 32)
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "b")]).exit_code == 0
+    for name in files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--prompt", "a purple circle on a white background"], "outside the toy vocabulary"),
+    (["--prompt", PROMPT, "--n", "0"], "at least 1"),
+    (["--prompt", PROMPT, "--noise-level", "-1"], "--noise-level must be >= 0"),
+])
+def test_sample_bad_input_is_one_line(setting, tmp_path, args, needle):
+    result = runner.invoke(app, ["sample", "--setting", str(setting), "--out", str(tmp_path / "o"), *args])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and needle in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_unknown_setting_and_missing_model_are_named(tmp_path):
+    result = runner.invoke(app, ["sample", "--setting", "nope", "--prompt", PROMPT, "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "no setting 'nope'" in result.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[policy]\nkind = "sd3"\npath = "absent"\n')
+    result = runner.invoke(app, ["sample", "--setting", str(bad), "--prompt", "x", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "does not exist" in result.stderr

@@ -201,9 +201,9 @@ def toy_pretrain_command(
     out_dir: Path = typer.Option(Path("pipelines/toy/model"), "--out", help="Model folder to write."),
     work: Path = typer.Option(Path("artifacts/toy-pretrain"), help="Checkpoints; rerun to resume."),
     seed: int = typer.Option(0),
-    vae_steps: int = typer.Option(1500, help="Autoencoder steps."),
-    steps: int = typer.Option(12000, help="Flow-matching steps of the transformer."),
-    batch: int = typer.Option(64),
+    vae_steps: int = typer.Option(1000, help="Autoencoder steps."),
+    steps: int = typer.Option(8000, help="Flow-matching steps of the transformer."),
+    batch: int = typer.Option(48),
 ) -> None:
     """Train the toy model on renderer images (resumable), write it in diffusers layout."""
     from recast_cli.toy.pretrain import PretrainConfig, pretrain
@@ -217,11 +217,44 @@ def toy_pretrain_command(
     out.print(f"wrote {out_dir} (final losses: {provenance['final_loss']})")
 
 
+@toy_app.command("quality")
+def toy_quality_command(
+    model: Path = typer.Option(Path("pipelines/toy/model"), help="Toy model folder."),
+    n: int = typer.Option(4, "--n", help="Images per prompt (24 prompts)."),
+    seed: int = typer.Option(1000),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Toy rewards on renderer images vs the model's samples vs a random-initialised model."""
+    import tempfile
+
+    from recast_cli.toy.quality import TOY_REWARDS, quality
+
+    if n < 1:
+        raise BadInput("--n must be at least 1")
+    with tempfile.TemporaryDirectory() as work:
+        result = quality(model, n=n, seed=seed, work=work)
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    table = Table(title=f"toy rewards, mean over 24 prompts x {n} images (ODE samples, 10 steps, CFG 4.5)")
+    table.add_column("images")
+    for name in TOY_REWARDS:
+        table.add_column(name, justify="right")
+    for label, means in result.items():
+        table.add_row(label, *(f"{means[name]:.3f}" for name in TOY_REWARDS))
+    out.print(table)
+
+
 def _write_plot(path: Path, title: str, gains: Any = None, weights: Any = None) -> None:
     from recast_cli.figures import figure_from_artifacts, save_figure
 
     save_figure(figure_from_artifacts(gains=gains, weights=weights, title=title), path)
     out.print(f"wrote {path}")
+
+
+from recast_cli.rewards.commands import register as register_reward_commands  # noqa: E402
+
+register_reward_commands(app)
 
 
 def main() -> None:

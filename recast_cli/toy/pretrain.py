@@ -46,13 +46,13 @@ EMA_DECAY = 0.999
 @dataclass(frozen=True)
 class PretrainConfig:
     seed: int = 0
-    vae_steps: int = 1500
-    steps: int = 12000
-    batch: int = 64
+    vae_steps: int = 1000
+    steps: int = 8000
+    batch: int = 48
     vae_lr: float = 1e-3
     lr: float = 5e-4
     kl_weight: float = 1e-6
-    checkpoint_every: int = 500
+    checkpoint_every: int = 250
     image_size: int = IMAGE_SIZE
 
 
@@ -72,6 +72,12 @@ def _batch(cfg: PretrainConfig, stage: int, index: int) -> tuple[list[str], torc
 def _progress() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), TimeRemainingColumn())
+
+
+def _log(work: Path, stage: str, step: int, total: int, losses: list[float]) -> None:
+    """One line per checkpoint in WORK/progress.log, for runs without a terminal."""
+    with open(work / "progress.log", "a") as fh:
+        fh.write(f"{time.strftime('%H:%M:%S')} {stage} {step}/{total} loss {np.mean(losses[-100:]):.4f}\n")
 
 
 class _Checkpoint:
@@ -136,10 +142,11 @@ def _train_vae(pipe, cfg: PretrainConfig, work: Path) -> list[float]:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             progress.update(task, advance=1, loss=float(np.mean(losses[-50:])))
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.vae_steps:
                 ckpt.save(vae, optimizer, None, {"step": step + 1, "losses": losses})
+                _log(work, "vae", step + 1, cfg.vae_steps, losses)
     vae.eval().requires_grad_(False)
     return losses
 
@@ -196,10 +203,11 @@ def _train_transformer(pipe, cfg: PretrainConfig, work: Path) -> list[float]:
             with torch.no_grad():
                 for p_ema, p in zip(ema.parameters(), transformer.parameters()):
                     p_ema.lerp_(p, 1 - EMA_DECAY)
-            losses.append(float(loss))
+            losses.append(loss.item())
             progress.update(task, advance=1, loss=float(np.mean(losses[-100:])))
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                 ckpt.save(transformer, optimizer, ema, {"step": step + 1, "losses": losses})
+                _log(work, "flow", step + 1, cfg.steps, losses)
     transformer.load_state_dict(ema.state_dict())
     transformer.eval().requires_grad_(False)
     return losses

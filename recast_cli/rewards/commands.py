@@ -1,0 +1,146 @@
+"""The reward commands of ``recast``: ``score``, ``serve-reward`` and ``judge`` (a thin shell; ``register`` adds them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+MAX_IMAGE_ROWS = 20
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=err, transient=True)
+
+
+def score_command(
+    rewards: str = typer.Option(..., "--rewards", help="Scorers, comma-separated (clip,hps,pick,ocr,...); "
+                                                       "NAME@URL scores through a `recast serve-reward NAME` server."),
+    images: list[Path] = typer.Option(..., "--images", help="A folder of images, or image files (repeatable)."),
+    more_images: Optional[list[Path]] = typer.Argument(None, help="More image files (so --images *.png works)."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="One prompt for every image."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Text file: one prompt per line, in image order."),
+    out_path: Path = typer.Option(..., "--out", help="Output Parquet (recast.image-scores/1)."),
+    weights: list[str] = typer.Option([], "--weights", help="NAME=PATH: a scorer's weights (repeatable)."),
+    opt: list[str] = typer.Option([], "--opt", help="NAME.OPTION=VALUE: any other scorer option (repeatable)."),
+    device: str = typer.Option("cpu", help="Torch device for model scorers (cpu, cuda, cuda:1)."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Images per scoring batch."),
+) -> None:
+    """Score images with any scorers: one row per image x scorer (image, prompt, scorer, score, extras)."""
+    from recast_cli.artifacts import check_writable
+    from recast_cli.errors import BadInput
+    from recast_cli.rewards import scoring
+
+    names = [n.strip() for n in rewards.split(",") if n.strip()]
+    if not names:
+        raise BadInput("--rewards names no scorer")
+    options = scoring.scorer_options(names, weights, opt, device, batch_size)
+    check_writable(out_path)
+    paths = scoring.collect_images([*images, *(more_images or [])])
+    texts = scoring.read_prompts(prompt, prompts, len(paths))
+    pictures = [scoring.load_image(p) for p in paths]
+    scorers = scoring.build_scorers(options)
+    try:
+        with _progress() as progress:
+            task = progress.add_task("scoring", total=len(paths) * len(scorers))
+            table = scoring.score_images(scorers, pictures, [str(p) for p in paths], texts, batch_size,
+                                         advance=lambda n: progress.advance(task, n))
+    finally:
+        for scorer in scorers.values():
+            scorer.close()
+    config = {"rewards": names, "options": scoring.public_options(options), "device": device,
+              "batch_size": batch_size}
+    sources = [*paths, *([prompts] if prompts is not None else [])]
+    scoring.write_score_table(out_path, table, config, sources)
+    _print_scores(table)
+    out.print(f"wrote {out_path}")
+
+
+def _print_scores(table) -> None:
+    summary = Table(title=f"scores of {len(table.images)} images", title_justify="left")
+    for column in ("scorer", "mean", "std", "min", "max"):
+        summary.add_column(column, justify="left" if column == "scorer" else "right")
+    for name, values in table.scores.items():
+        summary.add_row(name, *(f"{f(values):.4f}" for f in (np.mean, np.std, np.min, np.max)))
+    out.print(summary)
+    if len(table.images) <= MAX_IMAGE_ROWS:
+        detail = Table(title_justify="left")
+        detail.add_column("image")
+        for name in table.scores:
+            detail.add_column(name, justify="right")
+        for i, image in enumerate(table.images):
+            detail.add_row(image, *(f"{table.scores[n][i]:.4f}" for n in table.scores))
+        out.print(detail)
+
+
+def serve_reward_command(
+    name: str = typer.Argument(..., help="The registered scorer to serve (clip, hps, imagereward, ...)."),
+    port: int = typer.Option(8765, min=0, max=65535, help="TCP port (0: any free port, printed)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback needs a token."),
+    token: Optional[str] = typer.Option(None, help="Bearer token clients must send (default: $RECAST_REWARD_TOKEN)."),
+    weights: Optional[str] = typer.Option(None, "--weights", help="The scorer's weights (its `weights` option)."),
+    opt: list[str] = typer.Option([], "--opt", help="OPTION=VALUE: any other scorer option (repeatable)."),
+    device: str = typer.Option("cpu", help="Torch device for model scorers."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Images per scoring batch inside the server."),
+) -> None:
+    """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
+    from recast_cli.rewards import remote, scoring
+
+    options = scoring.scorer_options([name], [f"{name}={weights}"] if weights else [],
+                                     [f"{name}.{item}" for item in opt], device, batch_size)
+    scorer = scoring.build_scorers(options)[name]
+    remote.serve(scorer, host, port, token or os.environ.get(remote.TOKEN_ENV) or None,
+                 announce=lambda line: out.print(line, highlight=False, soft_wrap=True))
+
+
+def judge_command(
+    pairs: Path = typer.Option(..., "--pairs", help="CSV or Parquet with columns prompt, image_a, image_b."),
+    url: str = typer.Option(..., "--url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
+                                               "(API key, if any: $RECAST_VLM_API_KEY)."),
+    model: str = typer.Option(..., "--model", help="Model name the endpoint serves."),
+    out_path: Path = typer.Option(..., "--out", help="Output Parquet (recast.judgements/1)."),
+    criteria: str = typer.Option("faithfulness,aesthetics", help="Rubric criteria, comma-separated."),
+    label_a: str = typer.Option("A", help="Name of the image_a system in the summary."),
+    label_b: str = typer.Option("B", help="Name of the image_b system in the summary."),
+    timeout: float = typer.Option(120.0, help="Seconds per request."),
+    retries: int = typer.Option(3, min=1, help="Tries per request."),
+) -> None:
+    """Judge image pairs in both presentation orders with a VLM; position-debiased win rates (Table 3)."""
+    from recast_cli.artifacts import check_writable
+    from recast_cli.rewards import judge
+
+    names = tuple(c.strip() for c in criteria.split(",") if c.strip())
+    check_writable(out_path)
+    items = judge.read_pairs(pairs)
+    client = judge.PairwiseJudge(url, model, criteria=names, timeout=timeout, retries=retries)
+    with _progress() as progress:
+        task = progress.add_task("judging", total=2 * len(items))
+        verdicts = client.judge_pairs(items, advance=lambda: progress.advance(task))
+    summary = judge.win_rates(verdicts, names)
+    judge.write_judgements(out_path, verdicts, summary, {"url": url, "model": model, "criteria": list(names),
+                                                         "labels": [label_a, label_b]}, [pairs], items)
+    table = Table(title=f"{label_a} vs {label_b}: position-debiased win rates ({len(items)} pairs, both orders)",
+                  title_justify="left")
+    for column in ("criterion", f"{label_a} wins", "ties", f"{label_b} wins", f"{label_a} win rate"):
+        table.add_column(column, justify="left" if column == "criterion" else "right")
+    for criterion, row in summary.items():
+        table.add_row(criterion, str(row["a_wins"]), str(row["ties"]), str(row["b_wins"]), f"{row['win_rate_a']:.3f}")
+    out.print(table)
+    out.print(f"wrote {out_path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``score``, ``serve-reward`` and ``judge`` to the ``recast`` app."""
+    app.command("score")(score_command)
+    app.command("serve-reward")(serve_reward_command)
+    app.command("judge")(judge_command)

@@ -1,0 +1,73 @@
+"""``imagereward``: ImageReward-v1.0 through its published package (``image-reward``).
+
+score = (MLP(h) − 0.16717362830052426) / 1.0333394966054072, with h the first-token state
+of BLIP's BERT text encoder (prompt padded/truncated to 35 tokens) cross-attending to the
+BLIP ViT-L/16 image tokens, the package's ``ImageReward.score_gard``; unbounded (real images
+mostly lie in [-2, 2]).
+
+Preprocessing (the package's own ``preprocess``): bicubic resize of the shortest edge to
+224, centre crop 224, CLIP mean/std.
+
+Weights: ``ImageReward.pt`` and ``med_config.json`` (THUDM/ImageReward), and BLIP's
+tokenizer ``bert-base-uncased`` from the local HF cache. The package pins timm==0.6.13 and
+fairscale==0.4.13 and imports transformers 4.x internals, so it rarely imports next to
+recast's stack: install it in a separate environment, run ``recast serve-reward
+imagereward`` there and score with ``imagereward@http://127.0.0.1:PORT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from recast_cli.errors import BadInput
+from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks, torch_device
+from recast_cli.rewards.weights import WeightSpec, resolve
+
+IR_WEIGHTS = WeightSpec("imagereward", "ImageReward checkpoint ImageReward.pt", "weights", "RECAST_IMAGEREWARD_PATH",
+                        "THUDM/ImageReward", "ImageReward.pt")
+IR_MED_CONFIG = WeightSpec("imagereward", "ImageReward med_config.json", "med_config",
+                           "RECAST_IMAGEREWARD_MED_CONFIG", "THUDM/ImageReward", "med_config.json")
+PROMPT_TOKENS = 35
+SEPARATE_PROCESS = ("install image-reward==1.5 with its pins in a separate environment, run `recast serve-reward "
+                    "imagereward` there and score with imagereward@http://127.0.0.1:PORT")
+
+
+class ImageRewardScore(Scorer):
+    """ImageReward-v1.0's standardised reward for (image, prompt)."""
+
+    name = "imagereward"
+
+    def __init__(self, weights: str | Path | None = None, med_config: str | Path | None = None,
+                 device: str = "cpu", batch_size: int = 16) -> None:
+        self.device = torch_device(self.name, device)
+        self.batch_size = check_batch_size(self.name, batch_size)
+        checkpoint, config = resolve(IR_WEIGHTS, weights), resolve(IR_MED_CONFIG, med_config)
+        try:
+            import ImageReward as RM
+        except Exception as exc:  # ImportError, or the AttributeError of a transformers API it expects
+            raise BadInput(f"imagereward: the image-reward package does not import here ({type(exc).__name__}); "
+                           f"{SEPARATE_PROCESS}") from None
+        try:
+            self.model = RM.load(str(checkpoint), device=str(self.device), med_config=str(config))
+        except OSError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BadInput(f"imagereward: cannot load the model ({first}); BLIP's tokenizer needs "
+                           "bert-base-uncased in the local HF cache") from None
+        self.model.requires_grad_(False)
+
+    @torch.inference_mode()
+    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
+        count = check_batch(self.name, images, prompts)
+        pil = as_pil(images)
+        out = np.empty(count, dtype=np.float64)
+        for part in chunks(count, self.batch_size):
+            text = self.model.blip.tokenizer(list(prompts[part]), padding="max_length", truncation=True,
+                                             max_length=PROMPT_TOKENS, return_tensors="pt").to(self.device)
+            pixels = torch.stack([self.model.preprocess(im) for im in pil[part]]).to(self.device)
+            rewards = self.model.score_gard(text.input_ids, text.attention_mask, pixels)
+            out[part] = rewards.squeeze(-1).double().cpu().numpy()
+        return out

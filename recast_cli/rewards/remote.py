@@ -1,0 +1,227 @@
+"""Process isolation for scorers: ``recast serve-reward`` (server) and ``RemoteScorer`` (client).
+
+Protocol ``recast.reward/1`` (JSON over HTTP; images as base64 PNG; never pickle):
+
+* ``GET /v1/info`` → ``{"protocol": "recast.reward/1", "scorer": NAME, "output_range": [lo, hi]}``
+  (an infinite bound is ``null``).
+* ``POST /v1/score`` with ``{"prompts": [str, ...], "images": [base64 PNG, ...]}`` →
+  ``{"scores": [float, ...], "extras": {column: [value, ...]}}``, one entry per image.
+* Every request carries ``Authorization: Bearer TOKEN`` when the server has a token;
+  a wrong or missing token is HTTP 401. A request the scorer rejects (BadInput) is 400 with
+  ``{"error": "one line"}``; an internal failure is 500 (and is retried by the client).
+
+The server binds 127.0.0.1 unless told otherwise and scores one request at a time.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from recast_cli.errors import BadInput
+from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks
+from recast_cli.rewards.transport import Endpoint, decode_png_base64, png_base64, request
+
+PROTOCOL = "recast.reward/1"
+TOKEN_ENV = "RECAST_REWARD_TOKEN"
+MAX_BODY_BYTES = 512 << 20
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _range_to_json(bounds: tuple[float, float]) -> list[float | None]:
+    return [b if math.isfinite(b) else None for b in bounds]
+
+
+def _range_from_json(value: Any) -> tuple[float, float]:
+    lo, hi = value
+    return (-math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
+
+
+def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> ThreadingHTTPServer:
+    """A reward server for ``scorer`` bound to (host, port); port 0 picks a free one. Not started."""
+    lock = threading.Lock()  # scorers hold one model each: score one request at a time
+    expected = f"Bearer {token}".encode() if token else None
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # request lines only: headers carry the token
+            sys.stderr.write(f"serve-reward: {self.command} {self.path} {args[1] if len(args) > 1 else ''}\n")
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            body = json.dumps(payload, allow_nan=False).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _authorised(self) -> bool:
+            if expected is None:
+                return True
+            given = self.headers.get("Authorization", "").encode()
+            if hmac.compare_digest(given, expected):
+                return True
+            self.close_connection = True
+            self._send(401, {"error": "wrong or missing token"})
+            return False
+
+        def do_GET(self) -> None:
+            if not self._authorised():
+                return
+            if self.path != "/v1/info":
+                self._send(404, {"error": f"no such endpoint {self.path}"})
+                return
+            self._send(200, {"protocol": PROTOCOL, "scorer": scorer.name,
+                             "output_range": _range_to_json(scorer.output_range)})
+
+        def do_POST(self) -> None:
+            if not self._authorised():
+                return
+            if self.path != "/v1/score":
+                self.close_connection = True
+                self._send(404, {"error": f"no such endpoint {self.path}"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 < length <= MAX_BODY_BYTES:
+                self.close_connection = True
+                self._send(413 if length else 411, {"error": f"body must be 1..{MAX_BODY_BYTES} bytes"})
+                return
+            try:
+                images, prompts = _parse_score_request(self.rfile.read(length))
+                with lock:
+                    scores = scorer.score(images, prompts)
+                    extras = scorer.extras()
+                payload = {"scores": [float(s) for s in scores], "extras": extras}
+                json.dumps(payload, allow_nan=False)
+            except BadInput as exc:
+                self._send(400, {"error": str(exc)})
+                return
+            except Exception as exc:  # report any scorer failure as 500 and keep serving
+                traceback.print_exc()
+                self._send(500, {"error": f"internal error: {type(exc).__name__}"})
+                return
+            self._send(200, payload)
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def _parse_score_request(body: bytes) -> tuple[list, list[str]]:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput("request body is not JSON") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) or not isinstance(data.get("prompts"), list):
+        raise BadInput('request must be {"prompts": [...], "images": [...]}')
+    if not all(isinstance(p, str) for p in data["prompts"]):
+        raise BadInput("every prompt must be a string")
+    return [decode_png_base64(x, "request") for x in data["images"]], data["prompts"]
+
+
+def serve(scorer: Scorer, host: str, port: int, token: str | None, announce=print) -> None:
+    """Serve ``scorer`` until interrupted. Without a token only a loopback host is allowed."""
+    if token is None and host not in LOOPBACK:
+        raise BadInput(f"serve-reward: binding {host} needs a token (--token or ${TOKEN_ENV})")
+    try:
+        server = make_server(scorer, host, port, token)
+    except OSError as exc:
+        raise BadInput(f"serve-reward: cannot bind {host}:{port} ({exc.strerror or exc})") from None
+    bound_host, bound_port = server.server_address[:2]
+    announce(f"serving {scorer.name} on http://{bound_host}:{bound_port} ({PROTOCOL}, "
+             f"{'token required' if token else 'no token: any local process may call it'})")
+    sys.stdout.flush()  # a supervisor reads the bound port from this line
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        scorer.close()
+
+
+class RemoteScorer(Scorer):
+    """A scorer served by ``recast serve-reward`` (protocol in the module docstring).
+
+    ``name`` is the scorer the server must serve (checked against ``/v1/info``); ``token``
+    defaults to ``$RECAST_REWARD_TOKEN``. Requests go in batches of ``batch_size`` images,
+    each with ``timeout`` seconds and up to ``retries`` tries (backoff doubling from ``backoff``).
+    """
+
+    def __init__(self, url: str, name: str | None = None, token: str | None = None, timeout: float = 60.0,
+                 retries: int = 3, backoff: float = 0.5, batch_size: int = 8) -> None:
+        self.endpoint = Endpoint(url, float(timeout), int(retries), float(backoff))
+        self.batch_size = check_batch_size(name or "remote", batch_size)
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.name = name or "remote"
+        info = self._call("GET", "/v1/info", None)
+        if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
+            raise BadInput(f"{self.name}: {url} does not speak {PROTOCOL}")
+        if name is not None and info.get("scorer") != name:
+            raise BadInput(f"{name}: the server at {url} serves {info.get('scorer')!r}, not {name!r}")
+        self.name = str(info.get("scorer"))
+        try:
+            self.output_range = _range_from_json(info.get("output_range"))
+        except (TypeError, ValueError):
+            raise BadInput(f"{self.name}: {url} sent a malformed output_range") from None
+        self._extras: dict[str, list] = {}
+
+    def _call(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
+        body = None if payload is None else json.dumps(payload).encode()
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        reply = request(self.endpoint, method, path, self.name, body, headers)
+        if reply.status == 401:
+            raise BadInput(f"{self.name}: {self.endpoint.url} refused the token (wrong or missing; "
+                           f"give the server's token with --token or ${TOKEN_ENV})")
+        data = reply.json(self.name)
+        if reply.status != 200:
+            error = data.get("error") if isinstance(data, dict) else None
+            raise BadInput(f"{self.name}: {self.endpoint.url} answered HTTP {reply.status}: {error or 'no reason'}")
+        return data
+
+    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
+        count = check_batch(self.name, images, prompts)
+        pil = as_pil(images)
+        out = np.empty(count, dtype=np.float64)
+        extras: dict[str, list] = {}
+        for part in chunks(count, self.batch_size):
+            n = part.stop - part.start
+            data = self._call("POST", "/v1/score", {"prompts": list(prompts[part]),
+                                                    "images": [png_base64(im) for im in pil[part]]})
+            out[part] = _scores_from(data, n, self.name, self.endpoint.url)
+            for key, values in _extras_from(data, n, self.name, self.endpoint.url).items():
+                extras.setdefault(key, [None] * part.start).extend(values)
+            for values in extras.values():
+                values.extend([None] * (part.stop - len(values)))
+        self._extras = extras
+        return out
+
+    def extras(self) -> dict[str, list]:
+        return {k: list(v) for k, v in self._extras.items()}
+
+
+def _scores_from(data: Any, n: int, name: str, url: str) -> list[float]:
+    scores = data.get("scores") if isinstance(data, dict) else None
+    if (not isinstance(scores, list) or len(scores) != n
+            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) for s in scores)):
+        raise BadInput(f"{name}: {url} sent a malformed reply (expected {n} finite scores)")
+    return [float(s) for s in scores]
+
+
+def _extras_from(data: dict[str, Any], n: int, name: str, url: str) -> dict[str, list]:
+    extras = data.get("extras", {})
+    if not isinstance(extras, dict) or not all(isinstance(v, list) and len(v) == n for v in extras.values()):
+        raise BadInput(f"{name}: {url} sent malformed extras (expected lists of {n} values)")
+    return extras

@@ -1,0 +1,227 @@
+"""``recast score``, top to bottom: images + prompts + scorers → one row per (image, scorer) in Parquet.
+
+Output ``recast.image-scores/1``: columns ``image`` (path as given), ``prompt``, ``scorer``,
+``score`` (float64), then any scorer-specific extras (null for the other scorers' rows);
+Parquet key-value metadata holds the provenance (JSON values) with every image and the
+prompts file as sources. Options that look like secrets (token, key) are never recorded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image, UnidentifiedImageError
+
+from recast_cli.artifacts import Provenance, Source, atomic_write_bytes
+from recast_cli.errors import BadInput
+from recast_cli.rewards.base import Scorer, chunks
+from recast_cli.rewards.registry import build_scorer, scorer_class
+
+SCHEMA = "recast.image-scores/1"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+_SECRET_WORDS = ("token", "key", "secret", "password")
+
+
+@dataclass(frozen=True)
+class ScoreTable:
+    """Scores of every image under every scorer: ``scores[name]`` is float64 [n_images]."""
+
+    images: tuple[str, ...]
+    prompts: tuple[str, ...]
+    scores: dict[str, np.ndarray]
+    extras: dict[str, dict[str, list]] = field(default_factory=dict)
+
+    def to_arrow(self, provenance: Provenance) -> pa.Table:
+        names = list(self.scores)
+        n, m = len(self.images), len(names)
+        columns: dict[str, pa.Array] = {
+            "image": pa.array(np.repeat(np.array(self.images, dtype=object), m), type=pa.string()),
+            "prompt": pa.array(np.repeat(np.array(self.prompts, dtype=object), m), type=pa.string()),
+            "scorer": pa.array(names * n, type=pa.string()),
+            "score": pa.array(np.stack([self.scores[s] for s in names], axis=1).ravel(), type=pa.float64()),
+        }
+        for scorer, extra in self.extras.items():
+            j = names.index(scorer)
+            for column, values in extra.items():
+                if column in columns:
+                    raise BadInput(f"{scorer}: extra column {column!r} clashes with another column")
+                cells: list[Any] = [None] * (n * m)
+                cells[j::m] = values
+                columns[column] = pa.array(cells)
+        meta = {"schema": SCHEMA, **provenance.to_metadata()}
+        table = pa.table(columns)
+        return table.replace_schema_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
+
+
+def collect_images(items: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Image files in order: a folder contributes its image files sorted by name."""
+    if not items:
+        raise BadInput("no images given (--images DIR or FILES)")
+    paths: list[Path] = []
+    for item in map(Path, items):
+        if item.is_dir():
+            found = sorted(p for p in item.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            if not found:
+                raise BadInput(f"{item}: no image files ({', '.join(IMAGE_SUFFIXES)})")
+            paths.extend(found)
+        elif item.is_file():
+            paths.append(item)
+        else:
+            raise BadInput(f"{item}: no such file or folder")
+    return paths
+
+
+def load_image(path: Path) -> Image.Image:
+    """The decoded RGB image; BadInput naming the file when it cannot be decoded."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        reason = "not an image" if isinstance(exc, UnidentifiedImageError) else type(exc).__name__
+        raise BadInput(f"{path}: cannot decode the image ({reason})") from None
+
+
+def read_prompts(prompt: str | None, prompts_file: Path | None, count: int) -> list[str]:
+    """One prompt per image: ``prompt`` for all, or the lines of ``prompts_file`` in image order."""
+    if (prompt is None) == (prompts_file is None):
+        raise BadInput("give exactly one of --prompt TEXT and --prompts FILE")
+    if prompt is not None:
+        return [prompt] * count
+    if not prompts_file.is_file():
+        raise BadInput(f"{prompts_file}: no such prompts file")
+    try:
+        lines = prompts_file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise BadInput(f"{prompts_file}: not UTF-8 text") from None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if len(lines) != count:
+        raise BadInput(f"{prompts_file}: {len(lines)} prompts for {count} images (one line per image, in order)")
+    return lines
+
+
+def parse_value(text: str) -> Any:
+    """A JSON scalar when the text is one (3, 0.5, true), else the text itself (paths, names)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return value if isinstance(value, (int, float, bool)) or value is None else text
+
+
+def scorer_options(rewards: Sequence[str], weights: Sequence[str], opts: Sequence[str], device: str | None,
+                   batch_size: int | None) -> dict[str, dict[str, Any]]:
+    """Keyword options per scorer from ``NAME=PATH`` (--weights) and ``NAME.KEY=VALUE`` (--opt) items."""
+    options: dict[str, dict[str, Any]] = {name: {} for name in rewards}
+    by_base = {name.split("@", 1)[0]: name for name in rewards}
+
+    def target(label: str, item: str) -> dict[str, Any]:
+        if label not in by_base:
+            raise BadInput(f"{item!r} names scorer {label!r}, which is not in --rewards")
+        return options[by_base[label]]
+
+    for item in weights:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise BadInput(f"--weights takes NAME=PATH, got {item!r}")
+        target(name, item)["weights"] = path
+    for item in opts:
+        key, sep, value = item.partition("=")
+        name, dot, option = key.partition(".")
+        if not sep or not dot or not name or not option:
+            raise BadInput(f"--opt takes NAME.OPTION=VALUE, got {item!r}")
+        target(name, item)[option] = parse_value(value)
+    for name, chosen in options.items():
+        accepted = set(_parameters(scorer_class(name)))
+        if device is not None and "device" in accepted:
+            chosen.setdefault("device", device)
+        if batch_size is not None and "batch_size" in accepted:
+            chosen.setdefault("batch_size", batch_size)
+    return options
+
+
+def _parameters(cls: type) -> Mapping[str, Any]:
+    return inspect.signature(cls).parameters
+
+
+def public_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The options fit to record: secrets dropped, values as JSON scalars or strings."""
+    return {name: {k: v if isinstance(v, (int, float, bool)) else str(v) for k, v in chosen.items()
+                   if not any(word in k.lower() for word in _SECRET_WORDS)}
+            for name, chosen in options.items()}
+
+
+def score_images(scorers: Mapping[str, Scorer], images: Sequence[Image.Image], image_names: Sequence[str],
+                 prompts: Sequence[str], batch_size: int,
+                 advance: Callable[[int], None] = lambda n: None) -> ScoreTable:
+    """Score every image with every scorer in batches of ``batch_size``; ``advance(n)`` after each batch."""
+    for scorer in scorers.values():
+        scorer.check_prompts(prompts)
+    scores: dict[str, np.ndarray] = {}
+    extras: dict[str, dict[str, list]] = {}
+    for label, scorer in scorers.items():
+        values = np.empty(len(images), dtype=np.float64)
+        columns: dict[str, list] = {}
+        for part in chunks(len(images), batch_size):
+            values[part] = scorer.score(list(images[part]), list(prompts[part]))
+            for column, cells in scorer.extras().items():
+                columns.setdefault(column, [None] * part.start).extend(cells)
+            advance(part.stop - part.start)
+        if not np.all(np.isfinite(values)):
+            raise BadInput(f"{label}: produced a non-finite score")
+        scores[label] = values
+        if columns:
+            extras[label] = columns
+    return ScoreTable(tuple(image_names), tuple(prompts), scores, extras)
+
+
+def build_scorers(options: Mapping[str, Mapping[str, Any]]) -> dict[str, Scorer]:
+    """Every scorer, built before any scoring so a missing weight fails fast; labels drop ``@URL``."""
+    built: dict[str, Scorer] = {}
+    try:  # on any failure, release the scorers already built (models, connections)
+        for name, chosen in options.items():
+            label = name.split("@", 1)[0]
+            if label in built:
+                raise BadInput(f"scorer {label!r} is named twice in --rewards")
+            built[label] = build_scorer(name, **chosen)
+    except BaseException:
+        for scorer in built.values():
+            scorer.close()
+        raise
+    return built
+
+
+def write_score_table(path: str | os.PathLike[str], table: ScoreTable, config: Mapping[str, Any],
+                      sources: Sequence[Source | str | os.PathLike[str]]) -> Provenance:
+    """Write ``table`` atomically as ``recast.image-scores/1`` Parquet."""
+    provenance = Provenance.new(SCHEMA, config, sources)
+    buffer = io.BytesIO()
+    pq.write_table(table.to_arrow(provenance), buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+    return provenance
+
+
+def read_score_table(path: str | os.PathLike[str]) -> pa.Table:
+    """The Arrow table of a ``recast.image-scores/1`` file; BadInput if it is not one."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"{p}: no such file")
+    try:
+        table = pq.read_table(p)
+    except (pa.ArrowException, OSError):
+        raise BadInput(f"{p}: not a readable Parquet file") from None
+    schema = json.loads((table.schema.metadata or {}).get(b"schema", b"null"))
+    if schema != SCHEMA:
+        raise BadInput(f"{p}: schema tag is {schema!r}, expected {SCHEMA!r}")
+    return table

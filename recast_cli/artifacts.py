@@ -632,3 +632,275 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
     )
     validate_weights(w, where)
     return w
+
+
+# --------------------------------------------------------------------------- rollout scores
+
+SCORES_SCHEMA = "recast.scores/1"
+
+SCORE_COLUMNS: dict[str, pa.DataType] = {
+    "prompt_id": pa.int32(),
+    "prompt": pa.string(),
+    "sample": pa.int32(),
+    "t": pa.int32(),
+    "k": pa.int32(),
+    "reward": pa.string(),
+    "score": pa.float64(),
+}
+
+#: Run metadata a scores table must carry besides its provenance.
+SCORE_RUN_KEYS = ("run_id", "rewards", "T", "N", "K", "P", "sigmas", "sampling", "crn", "rollout_noise",
+                  "guidance_scale", "policy", "positives", "seed")
+
+
+@dataclass(frozen=True)
+class ScoreTable:
+    """Raw reward scores of every rollout endpoint of one estimation run (or shard).
+
+    ``scores[p, n, t, k, i]`` is reward i of rollout k from x_t of sample n of prompt p;
+    t = 0 holds the sample itself (k = 0 only; the other k are NaN): the positive under
+    π⁺-sampling, the trajectory's own endpoint under π^old-sampling. ``prompt_ids`` and
+    ``prompts`` name the P prompts in table order.
+    """
+
+    prompt_ids: tuple[int, ...]
+    prompts: tuple[str, ...]
+    rewards: tuple[str, ...]
+    scores: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        return self.scores.shape  # type: ignore[return-value]
+
+    def to_arrow(self, provenance: Provenance) -> pa.Table:
+        P, N, T1, K, m = self.scores.shape
+        p, n, t, k, i = (a.ravel() for a in np.meshgrid(np.arange(P), np.arange(N), np.arange(T1), np.arange(K),
+                                                          np.arange(m), indexing="ij"))
+        keep = (t > 0) | (k == 0)
+        p, n, t, k, i = p[keep], n[keep], t[keep], k[keep], i[keep]
+        columns = {
+            "prompt_id": pa.array(np.asarray(self.prompt_ids, dtype=np.int32)[p], type=pa.int32()),
+            "prompt": pa.array(np.asarray(self.prompts, dtype=object)[p], type=pa.string()),
+            "sample": pa.array(n.astype(np.int32), type=pa.int32()),
+            "t": pa.array(t.astype(np.int32), type=pa.int32()),
+            "k": pa.array(k.astype(np.int32), type=pa.int32()),
+            "reward": pa.array(np.asarray(self.rewards, dtype=object)[i], type=pa.string()),
+            "score": pa.array(self.scores[p, n, t, k, i], type=pa.float64()),
+        }
+        metadata = {**self.meta, **provenance.to_metadata()}
+        table = pa.table(columns, schema=pa.schema(list(SCORE_COLUMNS.items())))
+        return table.replace_schema_metadata({key: _json_dumps(v) for key, v in metadata.items()})
+
+
+def write_scores(path: str | os.PathLike[str], table: ScoreTable, *, config: Mapping[str, Any] | None = None,
+                 sources: Sequence[Source | str | os.PathLike[str]] = ()) -> Provenance:
+    """Write a ``recast.scores/1`` Parquet file atomically."""
+    _require_keys(table.meta, SCORE_RUN_KEYS, "scores table")
+    body = table.scores[:, :, 1:]
+    if not np.isfinite(body).all() or not np.isfinite(table.scores[:, :, 0, 0]).all():
+        raise BadInput("scores table: every rollout score must be finite")
+    provenance = Provenance.new(SCORES_SCHEMA, config, sources)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.to_arrow(provenance), sink)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    return provenance
+
+
+def read_scores(path: str | os.PathLike[str]) -> ScoreTable:
+    """Read and validate a ``recast.scores/1`` file back into its dense [P, N, T+1, K, m] array."""
+    p = Path(path)
+    where = str(p)
+    arrow = _read_parquet(p)
+    meta = _decode_metadata(arrow.schema.metadata, where)
+    _require_schema(meta, SCORES_SCHEMA, where)
+    _require_keys(meta, (*SCORE_RUN_KEYS, *_PROVENANCE_KEYS[1:]), where)
+    missing = [c for c in SCORE_COLUMNS if c not in arrow.column_names]
+    if missing:
+        raise BadInput(f"{where}: missing column(s) {', '.join(map(repr, missing))}")
+    for name in SCORE_COLUMNS:
+        if arrow.column(name).null_count:
+            raise BadInput(f"{where}: column {name!r} has nulls")
+    rewards = tuple(meta["rewards"])
+    T, N, K = int(meta["T"]), int(meta["N"]), int(meta["K"])
+    pid = arrow.column("prompt_id").to_numpy().astype(np.int64)
+    prompt_col = arrow.column("prompt").to_pylist()
+    order: dict[int, str] = {}
+    for i, text in zip(pid.tolist(), prompt_col):
+        if order.setdefault(i, text) != text:
+            raise BadInput(f"{where}: prompt_id {i} names two different prompts")
+    prompt_ids = tuple(sorted(order))
+    index = {i: j for j, i in enumerate(prompt_ids)}
+    reward_index = {r: j for j, r in enumerate(rewards)}
+    unknown = set(arrow.column("reward").to_pylist()) - set(rewards)
+    if unknown:
+        raise BadInput(f"{where}: rows name rewards {sorted(unknown)} that the metadata does not list")
+    n = arrow.column("sample").to_numpy().astype(np.int64)
+    t = arrow.column("t").to_numpy().astype(np.int64)
+    k = arrow.column("k").to_numpy().astype(np.int64)
+    if n.min(initial=0) < 0 or n.max(initial=0) >= N or t.min(initial=0) < 0 or t.max(initial=0) > T \
+            or k.min(initial=0) < 0 or k.max(initial=0) >= K or np.any((t == 0) & (k != 0)):
+        raise BadInput(f"{where}: sample, t or k outside the run's N = {N}, T = {T}, K = {K}")
+    r = np.array([reward_index[x] for x in arrow.column("reward").to_pylist()], dtype=np.int64)
+    dense = np.full((len(prompt_ids), N, T + 1, K, len(rewards)), np.nan)
+    filled = np.zeros(dense.shape, dtype=np.int32)
+    rows = np.array([index[i] for i in pid.tolist()], dtype=np.int64)
+    dense[rows, n, t, k, r] = arrow.column("score").to_numpy()
+    np.add.at(filled, (rows, n, t, k, r), 1)
+    expected = np.zeros(dense.shape, dtype=np.int32)
+    expected[:, :, 1:] = 1
+    expected[:, :, 0, 0] = 1
+    if np.any(filled > 1):
+        raise BadInput(f"{where}: duplicate (prompt, sample, t, k, reward) rows")
+    if np.any(filled != expected):
+        raise BadInput(f"{where}: incomplete: some (prompt, sample, t, k, reward) rows are missing")
+    if not np.isfinite(dense[expected == 1]).all():
+        raise BadInput(f"{where}: column 'score' has NaN or inf")
+    return ScoreTable(prompt_ids=prompt_ids, prompts=tuple(order[i] for i in prompt_ids), rewards=rewards,
+                      scores=dense, meta={key: v for key, v in meta.items() if key not in _PROVENANCE_KEYS},
+                      provenance=Provenance.from_metadata(meta, where))
+
+
+# --------------------------------------------------------------------------- positives
+
+POSITIVES_SCHEMA = "recast.positives/1"
+MANIFEST_NAME = "manifest.parquet"
+
+POSITIVE_COLUMNS: dict[str, pa.DataType] = {
+    "prompt_id": pa.int32(),
+    "prompt": pa.string(),
+    "sample_id": pa.int32(),
+    "image_path": pa.string(),
+    "source": pa.string(),
+    "seed": pa.int64(),
+    "sha256": pa.string(),
+}
+#: Optional, nullable: null = the image is a positive for every reward (a surrogate generator);
+#: a name = a positive of that reward's π⁺ only (``self`` sampling-importance-resampling).
+POSITIVE_REWARD_COLUMN = ("reward", pa.string())
+
+
+@dataclass(frozen=True)
+class PositiveSample:
+    """One π⁺ image: ``image_path`` is relative to the positives folder; ``seed`` may be -1 (none).
+
+    ``reward`` is None when the image serves every reward, else the one reward whose π⁺_i (E2)
+    it was resampled for; rows of different rewards may share one image file.
+    """
+
+    prompt_id: int
+    prompt: str
+    sample_id: int
+    image_path: str
+    source: str
+    seed: int
+    sha256: str
+    reward: str | None = None
+
+
+@dataclass(frozen=True)
+class Positives:
+    """A ``recast.positives/1`` folder: the manifest rows, run metadata and provenance."""
+
+    root: Path
+    samples: tuple[PositiveSample, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    def prompts(self) -> list[str]:
+        """The prompts in prompt_id order."""
+        return [p for _, p in sorted({(s.prompt_id, s.prompt) for s in self.samples})]
+
+    def rewards(self) -> tuple[str, ...]:
+        """The rewards with their own positives, in manifest order; () when every image serves every reward."""
+        return tuple(dict.fromkeys(s.reward for s in self.samples if s.reward is not None))
+
+    def for_prompt(self, prompt_id: int, reward: str | None = None) -> list[PositiveSample]:
+        """The positives of one prompt, for ``reward`` when the folder holds one set per reward."""
+        per_reward = self.rewards()
+        if per_reward and reward not in per_reward:
+            raise BadInput(f"{self.root}: positives are per reward ({', '.join(per_reward)}); "
+                           f"none for reward {reward!r}")
+        return sorted((s for s in self.samples if s.prompt_id == prompt_id and s.reward in (None, reward)),
+                      key=lambda s: s.sample_id)
+
+
+def _positive_key(s: PositiveSample) -> tuple[str, int, int]:
+    return (s.reward or "", s.prompt_id, s.sample_id)
+
+
+def write_positives_manifest(root: str | os.PathLike[str], samples: Sequence[PositiveSample], *,
+                             meta: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
+                             sources: Sequence[Source | str | os.PathLike[str]] = ()) -> Provenance:
+    """Write ``root/manifest.parquet`` atomically; the images must already be in place.
+
+    ``meta`` holds run facts (e.g. refusals per prompt, the generator and its settings), JSON.
+    """
+    root = Path(root)
+    keys = [_positive_key(s) for s in samples]
+    if len(set(keys)) != len(keys):
+        raise BadInput(f"{root}: duplicate (reward, prompt_id, sample_id) in the manifest")
+    if len({s.reward is None for s in samples}) > 1:
+        raise BadInput(f"{root}: either every row names its reward or none does")
+    provenance = Provenance.new(POSITIVES_SCHEMA, config, sources)
+    fields = [*POSITIVE_COLUMNS.items(), POSITIVE_REWARD_COLUMN]
+    columns = {name: pa.array([getattr(s, name) for s in samples], type=dtype) for name, dtype in fields}
+    table = pa.table(columns, schema=pa.schema(fields))
+    metadata = {**dict(meta or {}), **provenance.to_metadata()}
+    table = table.replace_schema_metadata({k: _json_dumps(v) for k, v in metadata.items()})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    atomic_write_bytes(root / MANIFEST_NAME, sink.getvalue().to_pybytes())
+    return provenance
+
+
+def read_positives(root: str | os.PathLike[str], verify: bool = True) -> Positives:
+    """Read a ``recast.positives/1`` folder; with ``verify`` every image must exist and match its sha256."""
+    root = Path(root)
+    manifest = root / MANIFEST_NAME
+    if not manifest.is_file():
+        raise BadInput(f"{root}: not a positives folder (no {MANIFEST_NAME})")
+    arrow = _read_parquet(manifest)
+    where = str(manifest)
+    meta = _decode_metadata(arrow.schema.metadata, where)
+    _require_schema(meta, POSITIVES_SCHEMA, where)
+    _require_keys(meta, _PROVENANCE_KEYS[1:], where)
+    missing = [c for c in POSITIVE_COLUMNS if c not in arrow.column_names]
+    if missing:
+        raise BadInput(f"{where}: missing column(s) {', '.join(map(repr, missing))}")
+    for name in POSITIVE_COLUMNS:
+        if arrow.column(name).null_count:
+            raise BadInput(f"{where}: column {name!r} has nulls")
+    reward_name = POSITIVE_REWARD_COLUMN[0]
+    rows = arrow.select(list(POSITIVE_COLUMNS)).to_pylist()
+    if reward_name in arrow.column_names:
+        column = arrow.column(reward_name)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_null(column.type)):
+            raise BadInput(f"{where}: column {reward_name!r} has type {column.type}, expected string")
+        if 0 < column.null_count < len(column):
+            raise BadInput(f"{where}: column {reward_name!r} must name a reward on every row or on none")
+        for row, reward in zip(rows, column.to_pylist()):
+            row[reward_name] = reward
+    samples = tuple(PositiveSample(**row) for row in rows)
+    keys = [_positive_key(s) for s in samples]
+    if len(set(keys)) != len(keys):
+        raise BadInput(f"{where}: duplicate (reward, prompt_id, sample_id) rows")
+    prompts: dict[int, str] = {}
+    digests: dict[Path, str] = {}
+    for s in samples:
+        if prompts.setdefault(s.prompt_id, s.prompt) != s.prompt:
+            raise BadInput(f"{where}: prompt_id {s.prompt_id} names two different prompts")
+        path = (root / s.image_path).resolve()
+        if root.resolve() not in path.parents:
+            raise BadInput(f"{where}: image path {s.image_path!r} leaves the positives folder")
+        if verify:
+            if path not in digests:  # rows of several rewards may share one image: hash it once
+                if not path.is_file():
+                    raise BadInput(f"{where}: image {s.image_path} is missing")
+                digests[path] = sha256_file(path)
+            if digests[path] != s.sha256:
+                raise BadInput(f"{where}: image {s.image_path} does not match its sha256")
+    return Positives(root=root, samples=samples,
+                     meta={k: v for k, v in meta.items() if k not in _PROVENANCE_KEYS},
+                     provenance=Provenance.from_metadata(meta, where))

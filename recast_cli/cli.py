@@ -119,6 +119,97 @@ def solve_w_command(
     out.print(f"wrote {out_path}")
 
 
+@app.command("estimate")
+def estimate_command(
+    out_path: Path = typer.Option(..., "--out", help="Gain table to write (recast.gains/1); the scores go to "
+                                                     "OUT.scores.parquet."),
+    rewards: Optional[str] = typer.Option(None, help="Comma-separated rewards, e.g. clip,hps,pick,ocr."),
+    policy: str = typer.Option("toy", help="gmm1d, a setting name (pipelines/NAME.toml) or a .toml path."),
+    positives: Optional[Path] = typer.Option(None, help="recast.positives/1 folder (π⁺ surrogate images)."),
+    prompts: Optional[Path] = typer.Option(None, help="Prompts file (π^old-sampling without positives)."),
+    alpha: str = typer.Option("2", help="Rényi order(s), e.g. 2 or 0.25,0.5,2,4 (one table per α)."),
+    beta: Optional[float] = typer.Option(None, help="Tilt β of π⁺ ∝ π·exp(r̃/β) (default 1; gmm1d 0.5)."),
+    standardise: Optional[bool] = typer.Option(None, "--standardise/--raw",
+                                               help="Standardise rewards per prompt (default; gmm1d: raw)."),
+    steps: int = typer.Option(25, help="Grid T of the estimate."),
+    n: int = typer.Option(8, "--n", help="Positive samples per prompt (N)."),
+    k: int = typer.Option(16, "--k", help="Rollouts per (sample, t) (K)."),
+    p: Optional[int] = typer.Option(None, "--p", help="Use the first P prompts (gmm1d: P replicates, default 4)."),
+    sampling: str = typer.Option("pplus", help="pplus (E6, default) | pold (E8)."),
+    crn: bool = typer.Option(True, "--crn/--no-crn", help="Common random numbers across t."),
+    rollout_noise: float = typer.Option(1.414, help="SDE noise level a of the rollouts (√2: exact reversal)."),
+    guidance_scale: Optional[float] = typer.Option(None, "--cfg", help="CFG scale defining π^old."),
+    monotone: str = typer.Option("isotonic", help="isotonic (default) | clip: how gains are made ≥ 0."),
+    bootstrap: int = typer.Option(200, help="Bootstrap resamples over prompts (0: none)."),
+    jackknife: bool = typer.Option(False, help="Delete-one-k jackknife against finite-K bias (α ≠ 2)."),
+    seed: int = typer.Option(0),
+    batch_size: int = typer.Option(64, help="Rollouts per model batch (does not change results)."),
+    shard: Optional[str] = typer.Option(None, help="i/n: this process's share of prompts; merge with recast merge."),
+    exact: bool = typer.Option(False, help="gmm1d only: write the exact curves in the same schema."),
+    from_scores: Optional[Path] = typer.Option(None, help="Recompute gains from a recast.scores/1 table "
+                                                          "(no rollouts)."),
+) -> None:
+    """Stage 1: Rényi gain curves per reward and step (E3-E8) to Parquet."""
+    from recast_cli.estimate import stage
+
+    opts = stage.GainOptions(alphas=stage.parse_alphas(alpha), beta=beta, standardise=standardise,
+                             monotone=monotone, bootstrap=bootstrap, jackknife=jackknife)
+    stage.check_gain_options(opts)
+    outs = stage.output_paths(out_path, opts.alphas)
+    if from_scores is not None:
+        from recast_cli.artifacts import check_writable, read_scores
+
+        for path in outs:
+            check_writable(path)
+        stage.gains_from_scores(read_scores(from_scores), opts, outs, from_scores)
+        written = outs
+    else:
+        if rewards is None:
+            raise BadInput("--rewards is required (e.g. --rewards toy_color,toy_shape,toy_sharpness)")
+        cfg = stage.EstimateConfig(
+            policy=policy, rewards=tuple(r.strip() for r in rewards.split(",") if r.strip()), steps=steps, N=n, K=k,
+            P=p, sampling=sampling, crn=crn, rollout_noise=rollout_noise, guidance_scale=guidance_scale, seed=seed,
+            batch_size=batch_size, positives=str(positives) if positives else None,
+            prompts_file=str(prompts) if prompts else None)
+        if exact:
+            stage.check_config(cfg, opts)
+            stage.exact_table(cfg, opts, out_path)
+            written = outs
+        else:
+            written = stage.estimate(cfg, opts, out_path, shard=shard)
+    for path in written:
+        out.print(f"wrote {path}")
+
+
+@app.command("merge")
+def merge_command(
+    shards: list[Path] = typer.Argument(..., help="Scores tables of the shards of one run (OUT.scores.parquet)."),
+    out_path: Path = typer.Option(..., "--out", help="Gain table to write; merged scores go to OUT.scores.parquet."),
+    alpha: str = typer.Option("2"),
+    beta: Optional[float] = typer.Option(None),
+    standardise: Optional[bool] = typer.Option(None, "--standardise/--raw"),
+    monotone: str = typer.Option("isotonic"),
+    bootstrap: int = typer.Option(200),
+    jackknife: bool = typer.Option(False),
+) -> None:
+    """Merge the scores of a sharded run and compute its gain tables (equal to an unsharded run)."""
+    from recast_cli.artifacts import Source, check_writable, read_scores, write_scores
+    from recast_cli.estimate import stage
+
+    opts = stage.GainOptions(alphas=stage.parse_alphas(alpha), beta=beta, standardise=standardise,
+                             monotone=monotone, bootstrap=bootstrap, jackknife=jackknife)
+    stage.check_gain_options(opts)
+    outs = stage.output_paths(out_path, opts.alphas)
+    merged_path = stage.scores_path(out_path)
+    for path in (merged_path, *outs):
+        check_writable(path)
+    merged = stage.merge_scores(shards)
+    write_scores(merged_path, merged, config={"command": "merge"}, sources=[Source.of(s) for s in shards])
+    stage.gains_from_scores(read_scores(merged_path), opts, outs, merged_path)
+    for path in (merged_path, *outs):
+        out.print(f"wrote {path}")
+
+
 @app.command("inspect")
 def inspect_command(
     path: Path = typer.Argument(..., help="A gain table (.parquet) or weight matrix (.safetensors)."),
@@ -255,6 +346,8 @@ def _write_plot(path: Path, title: str, gains: Any = None, weights: Any = None) 
 from recast_cli.rewards.commands import register as register_reward_commands  # noqa: E402
 
 register_reward_commands(app)
+from recast_cli.positives.commands import register as register_positive_commands  # noqa: E402
+register_positive_commands(app)
 
 
 def main() -> None:

@@ -278,5 +278,17 @@ class GMM1DPolicy(FlowPolicy):
         return torch.from_numpy(x0).to(x.dtype).view(-1, 1)
 
 
+class GMM1DReward:
+    """A gmm1d reward as a scorer: the "images" of the 1-D world are the samples x_0 ([B, 1])."""
+
+    output_range = (0.0, 1.0)
+
+    def __init__(self, name: str):
+        self.name = check_reward(name)
+
+    def score(self, images: torch.Tensor, prompts: Sequence[str]) -> np.ndarray:
+        return reward_value(self.name, images.detach().cpu().numpy().reshape(-1))
+
+
 if __name__ == "__main__":
     write_gains(sys.argv[1], exact_gain_table(), config={"world": "gmm1d", "exact": True})

@@ -218,10 +218,15 @@ def pretrain(out: str | Path, work: str | Path, cfg: PretrainConfig, command: st
     out, work = Path(out), Path(work)
     work.mkdir(parents=True, exist_ok=True)
     config_file = work / "config.json"
-    if config_file.is_file() and json.loads(config_file.read_text()) != asdict(cfg):
-        from recast_cli.errors import BadInput
+    # Batches are fixed by (seed, stage, index), so only the step counts may change on a resume:
+    # a run stopped at step s equals the first s steps of any longer run.
+    same = {k: v for k, v in asdict(cfg).items() if k not in ("steps", "vae_steps")}
+    if config_file.is_file():
+        previous = {k: v for k, v in json.loads(config_file.read_text()).items() if k not in ("steps", "vae_steps")}
+        if previous != same:
+            from recast_cli.errors import BadInput
 
-        raise BadInput(f"{work} holds a pretraining run with another config; pass another --work or the same flags")
+            raise BadInput(f"{work} holds a pretraining run with another config; pass another --work or the same flags")
     config_file.write_text(json.dumps(asdict(cfg)))
     torch.manual_seed(cfg.seed)
     start = time.time()
@@ -238,6 +243,7 @@ def pretrain(out: str | Path, work: str | Path, cfg: PretrainConfig, command: st
                  "prompts": renderer.all_prompts(),
                  "batches": "numpy.random.default_rng([seed, stage, index]) picks prompts and renderer seeds"},
         "latent_scale": latent_scale,
+        "steps_done": {"vae": len(vae_losses), "flow": len(flow_losses)},
         "final_loss": {"vae": float(np.mean(vae_losses[-100:])), "flow": float(np.mean(flow_losses[-500:]))},
         "wall_time_s_this_run": round(time.time() - start, 1),
         "versions": {"recast": __version__, "torch": torch.__version__, "python": platform.python_version()},

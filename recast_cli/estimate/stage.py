@@ -1,0 +1,424 @@
+"""The ``recast estimate`` stage, top to bottom (METHOD.md §4).
+
+1. Resolve the policy (``gmm1d`` or a setting), the rewards and the positives (a
+   ``recast.positives/1`` folder; exact π⁺ samples on gmm1d; the renderer in the toy world).
+2. For every prompt of this shard not already done: rollouts and scores (``rollouts``),
+   persisted per prompt in ``OUT.parts/`` so a killed run resumes where it stopped.
+3. Write the ``recast.scores/1`` table, then one ``recast.gains/1`` table per α (``gains``).
+``--from-scores`` starts at step 3 from a scores table: no rollout at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from safetensors.numpy import load_file, save_file
+
+from recast_cli.artifacts import (
+    GainTable,
+    ScoreTable,
+    Source,
+    check_writable,
+    read_scores,
+    write_gains,
+    write_scores,
+)
+from recast_cli.errors import BadInput
+from recast_cli.estimate.gains import MONOTONE, SAMPLINGS, estimate_gains
+from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
+from recast_cli.grid import GridSpec
+
+
+@dataclass(frozen=True)
+class EstimateConfig:
+    """Every knob of a run; the part that fixes the rollouts is hashed into the run id."""
+
+    policy: str
+    rewards: tuple[str, ...]
+    steps: int = 25
+    N: int = 8
+    K: int = 16
+    P: int | None = None
+    sampling: str = "pplus"
+    crn: bool = True
+    rollout_noise: float = 1.414
+    guidance_scale: float | None = None
+    seed: int = 0
+    batch_size: int = 64
+    positives: str | None = None
+    prompts_file: str | None = None
+
+    def run_id(self) -> str:
+        """Identifies the rollouts: shards of one run share it (batch size does not change results)."""
+        fixed = {k: v for k, v in asdict(self).items() if k != "batch_size"}
+        return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class GainOptions:
+    alphas: tuple[float, ...] = (2.0,)
+    beta: float | None = None
+    standardise: bool | None = None
+    monotone: str = "isotonic"
+    bootstrap: int = 200
+    jackknife: bool = False
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """``"i/n"`` → (i, n) with 0 ≤ i < n; None → (0, 1)."""
+    if text is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise BadInput(f"--shard {text!r}: expected i/n, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise BadInput(f"--shard {text!r}: need 0 <= i < n")
+    return i, n
+
+
+def check_config(cfg: EstimateConfig, opts: GainOptions) -> None:
+    if not cfg.rewards:
+        raise BadInput("--rewards names no reward")
+    if cfg.steps < 1:
+        raise BadInput(f"--steps (T) must be at least 1, got {cfg.steps}")
+    if cfg.N < 1 or cfg.K < 1:
+        raise BadInput(f"--n and --k must be at least 1, got N = {cfg.N}, K = {cfg.K}")
+    if cfg.P is not None and cfg.P < 1:
+        raise BadInput(f"--p must be at least 1, got {cfg.P}")
+    if cfg.sampling not in SAMPLINGS:
+        raise BadInput(f"--sampling must be one of {', '.join(SAMPLINGS)}")
+    if not (math.isfinite(cfg.rollout_noise) and cfg.rollout_noise >= 0):
+        raise BadInput(f"--rollout-noise must be >= 0, got {cfg.rollout_noise}")
+    if cfg.batch_size < 1:
+        raise BadInput("--batch-size must be at least 1")
+    check_gain_options(opts)
+
+
+def check_gain_options(opts: GainOptions) -> None:
+    if not opts.alphas or any(not (math.isfinite(a) and a > 0) for a in opts.alphas):
+        raise BadInput(f"--alpha must be positive numbers, got {list(opts.alphas)}")
+    if opts.beta is not None and not (math.isfinite(opts.beta) and opts.beta > 0):
+        raise BadInput(f"--beta must be positive, got {opts.beta}")
+    if opts.monotone not in MONOTONE:
+        raise BadInput(f"--monotone must be one of {', '.join(MONOTONE)}")
+    if opts.bootstrap < 0:
+        raise BadInput("--bootstrap must be >= 0")
+
+
+def parse_alphas(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise BadInput(f"--alpha {text!r}: expected numbers, e.g. 2 or 0.5,2,4") from None
+    if any(not (math.isfinite(a) and a > 0) for a in values):
+        raise BadInput(f"--alpha must be positive, got {text!r}")
+    return values
+
+
+def output_paths(out: Path, alphas: Sequence[float]) -> list[Path]:
+    """One gain table per α: OUT itself for a single α, OUT-alpha{α}.parquet for several."""
+    if len(alphas) == 1:
+        return [out]
+    return [out.with_name(f"{out.stem}-alpha{a:g}{out.suffix}") for a in alphas]
+
+
+def scores_path(out: Path) -> Path:
+    return out.with_name(f"{out.stem}.scores.parquet")
+
+
+# ------------------------------------------------------------------ world: policy, rewards, positives
+
+
+@dataclass
+class World:
+    policy: Any
+    scorers: list
+    prompts: list[str]
+    prompt_ids: list[int]
+    positives: Any  # callable prompt_index -> list of latent sets, or None (π^old-sampling)
+    policy_info: dict
+    positives_info: dict
+    sources: list[Source]
+    is_gmm1d: bool
+
+
+def build_world(cfg: EstimateConfig) -> World:
+    """Resolve policy, scorers, prompts and the positives of a run (BadInput names what is wrong)."""
+    from recast_cli.rewards import build_scorer, scorer_names
+
+    if cfg.policy == "gmm1d":
+        from recast_cli.policy.gmm1d import REWARDS, GMM1DPolicy, GMM1DReward, sample_positive
+
+        unknown = [r for r in cfg.rewards if r not in REWARDS]
+        if unknown:
+            raise BadInput(f"gmm1d has no reward {unknown[0]!r}; it has {', '.join(REWARDS)}")
+        if cfg.positives is not None:
+            raise BadInput("gmm1d draws exact π⁺ samples; it takes no --positives")
+        policy = GMM1DPolicy(steps=cfg.steps)
+        P = cfg.P or 4
+        prompts = [f"gmm1d-{p}" for p in range(P)]
+
+        def positives(p: int) -> list[torch.Tensor]:
+            # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
+            return [torch.from_numpy(sample_positive(r, cfg.N, seed=cfg.seed * 1_000_003 + p * 101 + i,
+                                                     beta=0.5)).view(-1, 1)
+                    for i, r in enumerate(cfg.rewards)]
+
+        return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
+                     positives if cfg.sampling == "pplus" else None,
+                     {"name": "gmm1d", "steps": cfg.steps}, {"source": "exact"} if cfg.sampling == "pplus" else {},
+                     [], True)
+
+    from recast_cli.settings import build_policy, check_prompts, load_setting
+
+    known = scorer_names()
+    unknown = [r for r in cfg.rewards if r.split("@")[0] not in known]
+    if unknown:
+        raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(known)}")
+    setting = load_setting(cfg.policy)
+    spec = setting.policy
+    sources: list[Source] = []
+    if cfg.positives is not None:
+        from recast_cli.artifacts import read_positives
+
+        pos = read_positives(cfg.positives)
+        prompts = pos.prompts()
+        prompt_ids = sorted({s.prompt_id for s in pos.samples})
+        short = [pid for pid in prompt_ids if len(pos.for_prompt(pid)) < cfg.N]
+        if short:
+            raise BadInput(f"{cfg.positives}: prompt_id {short[0]} has {len(pos.for_prompt(short[0]))} positives, "
+                           f"fewer than N = {cfg.N}")
+        positives_info = {"source": str(cfg.positives), "sha256": _manifest_sha(cfg.positives),
+                          "generator": pos.meta.get("generator")}
+        sources.append(Source.of(Path(cfg.positives) / "manifest.parquet"))
+    elif spec.prompt_check == "toy":
+        from recast_cli.toy.renderer import all_prompts
+
+        pos = None
+        prompts = all_prompts()
+        prompt_ids = list(range(len(prompts)))
+        positives_info = {"source": "renderer"}
+    elif cfg.sampling == "pplus":
+        raise BadInput(f"setting {setting.name!r}: π⁺-sampling needs --positives DIR (see recast sample-positive)")
+    else:
+        pos = None
+        prompts, prompt_ids = _prompts_file(cfg.prompts_file)
+        positives_info = {}
+    if cfg.P is not None:
+        prompts, prompt_ids = prompts[: cfg.P], prompt_ids[: cfg.P]
+    check_prompts(spec, prompts)
+    policy = build_policy(spec, steps=cfg.steps, guidance_scale=cfg.guidance_scale)
+    scorers = [build_scorer(r) for r in cfg.rewards]
+
+    def positives(p: int) -> list[torch.Tensor]:
+        if pos is None:
+            from recast_cli.toy.renderer import render_batch
+
+            seeds = [cfg.seed * 1_000_003 + prompt_ids[p] * 1000 + n for n in range(cfg.N)]
+            images = render_batch([prompts[p]] * cfg.N, seeds, spec.resolution or 32)
+        else:
+            from PIL import Image
+
+            from recast_cli.rewards.base import as_float
+
+            chosen = pos.for_prompt(prompt_ids[p])[: cfg.N]
+            images = torch.stack(as_float([Image.open(pos.root / s.image_path).convert("RGB") for s in chosen]))
+        return [policy.encode(images.to(policy.device))]
+
+    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": str(spec.path) if spec.path else None,
+                   "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
+                   "weights_sha256": _weights_hash(spec.path)}
+    return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
+                 policy_info, positives_info, sources, False)
+
+
+def _prompts_file(path: str | None) -> tuple[list[str], list[int]]:
+    if path is None:
+        raise BadInput("π^old-sampling on this setting needs --prompts FILE (one prompt per line)")
+    try:
+        lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    except OSError as exc:
+        raise BadInput(f"cannot read prompts file {path}: {exc.strerror}") from None
+    if not lines:
+        raise BadInput(f"prompts file {path} is empty")
+    return lines, list(range(len(lines)))
+
+
+def _manifest_sha(root: str) -> str:
+    from recast_cli.artifacts import sha256_file
+
+    return sha256_file(Path(root) / "manifest.parquet")
+
+
+def _weights_hash(folder: Path | None) -> str | None:
+    """sha256 over the sha256s of the model folder's weight files (identifies the policy)."""
+    if folder is None:
+        return None
+    from recast_cli.artifacts import sha256_file
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*.safetensors")):
+        digest.update(f"{path.relative_to(folder)}:{sha256_file(path)}".encode())
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------ the run
+
+
+def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1), quiet: bool = False) -> ScoreTable:
+    """Steps 1-2: rollouts and scores for this shard's prompts, resumable through OUT.parts/."""
+    world = build_world(cfg)
+    T = world.policy.T
+    mine = [j for j in range(len(world.prompts)) if j % shard[1] == shard[0]]
+    parts = out.with_name(out.name + ".parts")
+    run_id = cfg.run_id()
+    marker = parts / "run.json"
+    if marker.is_file() and json.loads(marker.read_text()).get("run_id") != run_id:
+        raise BadInput(f"{parts} holds partial results of another run; remove it or rerun with the same flags")
+    parts.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True))
+    plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
+                       batch_size=cfg.batch_size)
+    per_prompt = cfg.N * T * cfg.K * (len(cfg.rewards) if world.is_gmm1d and cfg.sampling == "pplus" else 1)
+    results: dict[int, np.ndarray] = {}
+    columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
+    with Progress(*columns, disable=quiet) as progress:
+        task = progress.add_task("rollouts", total=per_prompt * len(mine), rate=0.0)
+        for j in mine:
+            part = parts / f"prompt-{world.prompt_ids[j]:06d}.safetensors"
+            if part.is_file():
+                results[j] = load_file(part)["scores"]
+                progress.update(task, advance=per_prompt)
+                continue
+            scores = prompt_scores(world.policy, world.prompts[j], world.prompt_ids[j], world.scorers, plan,
+                                   cfg.sampling, positives=world.positives(j) if world.positives else None,
+                                   N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
+            tmp = part.with_suffix(".tmp")
+            save_file({"scores": np.ascontiguousarray(scores)}, tmp)
+            os.replace(tmp, part)
+            results[j] = scores
+            elapsed = progress.tasks[0].elapsed or 1e-9
+            progress.update(task, rate=progress.tasks[0].completed / elapsed)
+    dense = np.stack([results[j] for j in mine]) if mine else np.zeros((0, cfg.N, T + 1, cfg.K, len(cfg.rewards)))
+    sigmas = world.policy.sigmas.numpy().tolist()
+    meta = {
+        "run_id": run_id, "rewards": list(cfg.rewards), "T": T, "N": cfg.N, "K": cfg.K, "P": len(world.prompts),
+        "sigmas": sigmas, "sampling": cfg.sampling, "crn": cfg.crn, "rollout_noise": cfg.rollout_noise,
+        "guidance_scale": world.policy_info.get("guidance_scale"), "policy": world.policy_info,
+        "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
+        "grid": _grid_of(world), "gmm1d": world.is_gmm1d,
+    }
+    table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in mine), prompts=tuple(world.prompts[j] for j in mine),
+                       rewards=tuple(cfg.rewards), scores=dense, meta=meta)
+    write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
+    shutil.rmtree(parts, ignore_errors=True)
+    return read_scores(scores_path(out))
+
+
+def _grid_of(world: World) -> dict:
+    if world.is_gmm1d:
+        return GridSpec("linear").to_json()
+    return GridSpec("flowmatch", shift=float(world.policy.shift)).to_json()
+
+
+def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path], source: Path) -> list[GainTable]:
+    """Step 3: one gain table per α from a scores table (no rollouts)."""
+    meta = table.meta
+    gmm1d = bool(meta.get("gmm1d"))
+    beta = opts.beta if opts.beta is not None else (0.5 if gmm1d else 1.0)
+    standardise = opts.standardise if opts.standardise is not None else not gmm1d
+    if table.scores.shape[0] == 0:
+        raise BadInput(f"{source}: the scores table holds no prompt")
+    if opts.jackknife and table.scores.shape[3] < 2:
+        raise BadInput("--jackknife needs K >= 2")
+    written = []
+    for alpha, out in zip(opts.alphas, outs):
+        est = estimate_gains(table.scores, table.rewards, alpha=alpha, beta=beta, sampling=meta["sampling"],
+                             monotone=opts.monotone, standardise=standardise, bootstrap=opts.bootstrap,
+                             seed=int(meta.get("seed", 0)), jackknife=opts.jackknife)
+        scale = est.reward_scale.mean(axis=0)
+        gains = GainTable(
+            rewards=table.rewards, sigmas=np.asarray(meta["sigmas"], dtype=np.float64), D=est.D,
+            gain_raw=est.gain_raw, gain=est.gain, D_lo=est.D_lo, D_hi=est.D_hi, gain_lo=est.gain_lo,
+            gain_hi=est.gain_hi,
+            meta={
+                "alpha": alpha, "beta": beta, "N": meta["N"], "K": meta["K"], "P": int(table.scores.shape[0]),
+                "sampling": meta["sampling"], "crn": meta["crn"], "monotone": opts.monotone,
+                "reward_std": {r: float(s) for r, s in zip(table.rewards, scale)} if standardise else
+                {r: 1.0 for r in table.rewards},
+                "standardise": standardise, "policy": meta["policy"], "positives": meta["positives"],
+                "rollout_noise": meta["rollout_noise"], "guidance_scale": meta["guidance_scale"],
+                "run_id": meta["run_id"], "grid": meta["grid"], "surrogate_check": est.surrogate,
+                "jackknife": opts.jackknife, "bootstrap": opts.bootstrap,
+            },
+        )
+        write_gains(out, gains, config={"alpha": alpha, "beta": beta, "monotone": opts.monotone,
+                                        "bootstrap": opts.bootstrap, "jackknife": opts.jackknife,
+                                        "standardise": standardise}, sources=[source])
+        written.append(gains)
+    return written
+
+
+def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainTable]:
+    """``--exact`` on gmm1d: the exact D curves in the gain-table schema, one table per α."""
+    from recast_cli.policy.gmm1d import exact_gain_table
+
+    if cfg.policy != "gmm1d":
+        raise BadInput("--exact is only defined for --policy gmm1d")
+    tables = []
+    for alpha, path in zip(opts.alphas, output_paths(out, opts.alphas)):
+        table = exact_gain_table(tuple(cfg.rewards), alpha=alpha, steps=cfg.steps,
+                                 beta=opts.beta if opts.beta is not None else 0.5)
+        write_gains(path, table, config={"world": "gmm1d", "exact": True, "alpha": alpha})
+        tables.append(table)
+    return tables
+
+
+def estimate(cfg: EstimateConfig, opts: GainOptions, out: str | Path, shard: str | None = None,
+             quiet: bool = False) -> list[Path]:
+    """The whole stage; returns the paths written (scores table first, then the gain tables)."""
+    check_config(cfg, opts)
+    out = Path(out)
+    shard_ix = parse_shard(shard)
+    outs = output_paths(out, opts.alphas)
+    for path in (scores_path(out), *outs):
+        check_writable(path)
+    table = run_rollouts(cfg, out, shard_ix, quiet=quiet)
+    if shard_ix[1] > 1:
+        return [scores_path(out)]  # a shard's gains come from `recast merge`
+    gains_from_scores(table, opts, outs, scores_path(out))
+    return [scores_path(out), *outs]
+
+
+def merge_scores(paths: Sequence[str | Path]) -> ScoreTable:
+    """Shards of one run → one scores table (prompts in id order), exactly as a single run would hold them."""
+    tables = [read_scores(p) for p in paths]
+    run_ids = {t.meta["run_id"] for t in tables}
+    if len(run_ids) != 1:
+        raise BadInput(f"the shards come from different runs (run ids {', '.join(sorted(run_ids))})")
+    seen: set[int] = set()
+    for path, t in zip(paths, tables):
+        overlap = seen & set(t.prompt_ids)
+        if overlap:
+            raise BadInput(f"{path}: prompt_id {min(overlap)} is in another shard too")
+        seen |= set(t.prompt_ids)
+    order = sorted((pid, ti, j) for ti, t in enumerate(tables) for j, pid in enumerate(t.prompt_ids))
+    first = tables[0]
+    dense = np.stack([tables[ti].scores[j] for _, ti, j in order])
+    meta = {**first.meta, "shard": [0, 1]}
+    return ScoreTable(prompt_ids=tuple(pid for pid, _, _ in order),
+                      prompts=tuple(tables[ti].prompts[j] for _, ti, j in order),
+                      rewards=first.rewards, scores=dense, meta=meta)

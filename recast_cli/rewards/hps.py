@@ -45,7 +45,7 @@ class HpsScore(Scorer):
         self.batch_size = check_batch_size(self.name, batch_size)
         path = resolve(HPS_WEIGHTS, weights)
         model_name = _register_arch(open_clip, arch)
-        model = open_clip.create_model(model_name, pretrained=None, output_dict=True)
+        model = open_clip.create_model(model_name, pretrained=None, load_weights=False, output_dict=True)
         _load_state_dict(path, model)
         self.model = model.eval().requires_grad_(False).to(self.device)
         self.tokenizer = open_clip.get_tokenizer(model_name)

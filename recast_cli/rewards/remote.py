@@ -92,7 +92,10 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
                 self.close_connection = True
                 self._send(404, {"error": f"no such endpoint {self.path}"})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
             if not 0 < length <= MAX_BODY_BYTES:
                 self.close_connection = True
                 self._send(413 if length else 411, {"error": f"body must be 1..{MAX_BODY_BYTES} bytes"})

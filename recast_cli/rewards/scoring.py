@@ -177,6 +177,8 @@ def score_images(scorers: Mapping[str, Scorer], images: Sequence[Image.Image], i
             values[part] = scorer.score(list(images[part]), list(prompts[part]))
             for column, cells in scorer.extras().items():
                 columns.setdefault(column, [None] * part.start).extend(cells)
+            for cells in columns.values():  # a column this batch did not fill stays null here
+                cells.extend([None] * (part.stop - len(cells)))
             advance(part.stop - part.start)
         if not np.all(np.isfinite(values)):
             raise BadInput(f"{label}: produced a non-finite score")

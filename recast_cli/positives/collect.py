@@ -1,0 +1,354 @@
+"""Run a positives source into a ``recast.positives/1`` folder: normalise, write, resume.
+
+Folder layout: ``DIR/manifest.parquet`` and ``DIR/images/PPPPP/SSSS.png`` (one sub-folder per
+prompt_id; the ``self`` source names its files ``draw-SEED.png`` because rows of several
+rewards share one draw). The manifest appears only when the run is complete. Until then
+``DIR/.recast-partial.jsonl`` journals every image as soon as it is on disk, so an
+interrupted or failed run continues where it stopped: a journalled or manifest image whose
+bytes still match its sha256 is kept, anything else is made again. A folder made with other
+generator settings (source, model, resolution, seed) is refused rather than mixed.
+
+Every image is normalised to the policy's resolution R: alpha composited on white, the
+largest centred square cropped, then resized to R x R with Pillow's Lanczos filter
+(:func:`normalise`), and stored as PNG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from recast_cli.artifacts import (
+    MANIFEST_NAME,
+    PositiveSample,
+    Source,
+    atomic_write_bytes,
+    check_writable,
+    read_positives,
+    sha256_file,
+    write_positives_manifest,
+)
+from recast_cli.errors import BadInput
+
+JOURNAL_NAME = ".recast-partial.jsonl"
+#: seed of (prompt p, sample s) = seed + p·SEED_STRIDE + s: distinct per prompt, stable when N grows
+SEED_STRIDE = 100_000
+RESIZE_FILTER = Image.Resampling.LANCZOS
+RESIZE_RULE = "alpha on white; centre crop to the largest square; Lanczos resize to R x R; PNG"
+MIN_RESOLUTION = 8
+
+
+@dataclass(frozen=True)
+class Job:
+    """One wanted positive: ``reward`` is None unless the source makes one set per reward."""
+
+    prompt_id: int
+    prompt: str
+    sample_id: int
+    seed: int
+    reward: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a source made of a job: an image, a refusal of its prompt, or a failure.
+
+    ``seed`` is the seed the image was made with (-1 when the generator takes none);
+    ``file_name`` names the file inside the prompt's folder (default ``SSSS.png``).
+    """
+
+    job: Job
+    image: Image.Image | None = None
+    seed: int = -1
+    file_name: str | None = None
+    refused: str | None = None
+    failed: str | None = None
+
+
+class PositiveSource(ABC):
+    """A generator of π⁺ surrogate images (METHOD.md §4, "Positive samples")."""
+
+    #: the manifest's ``source`` column
+    name: str = ""
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """What determines the images (kind, model, sizes): a resumed run must match it. No secrets."""
+
+    def rewards(self) -> tuple[str | None, ...]:
+        """One positive set per reward name, or (None,): one set that serves every reward."""
+        return (None,)
+
+    def prepare(self, prompts: Sequence[str], n: int) -> None:
+        """Validate everything (BadInput) before the first byte is written."""
+
+    @abstractmethod
+    def produce(self, jobs: Sequence[Job]) -> Iterator[Outcome]:
+        """One outcome per job, in any order."""
+
+    def meta(self) -> dict[str, Any]:
+        """Run facts for the manifest metadata (JSON, no secrets)."""
+        return {}
+
+    def inputs(self) -> list[Path]:
+        """Input files recorded as provenance sources (path + sha256)."""
+        return []
+
+
+@dataclass
+class RunReport:
+    out: Path
+    prompts: int
+    rows: int
+    new: int
+    kept: int
+    redone: int
+    refused: dict[int, dict[str, str]]
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class IncompleteRun(Exception):
+    """Some images failed after their retries; the finished ones are journalled for a rerun."""
+
+    def __init__(self, report: RunReport):
+        self.report = report
+        last = report.failures[-1]
+        super().__init__(f"{len(report.failures)} image(s) failed (last: {last}); {report.new + report.kept} "
+                         f"done are kept in {report.out}; rerun the same command to resume")
+
+
+# --------------------------------------------------------------------------- images and prompts
+
+
+def open_image(data: bytes | Path) -> Image.Image:
+    """A fully decoded image from bytes or a file; ValueError with the reason when it cannot be decoded."""
+    try:
+        with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
+            image.load()
+            return image.copy()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise ValueError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
+
+
+def normalise(image: Image.Image, size: int) -> Image.Image:
+    """RGB ``size`` x ``size``: alpha composited on white, centre crop to a square, Lanczos resize."""
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(white, rgba)
+    image = image.convert("RGB")
+    w, h = image.size
+    side = min(w, h)
+    left, top = (w - side) // 2, (h - side) // 2
+    square = image.crop((left, top, left + side, top + side))
+    return square if side == size else square.resize((size, size), RESIZE_FILTER)
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def read_prompts_file(path: str | os.PathLike[str]) -> list[str]:
+    """One prompt per line (UTF-8; blank lines skipped); BadInput when unreadable, empty or duplicated."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise BadInput(f"cannot read prompts file {p}: {reason}") from None
+    prompts = [line.strip() for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise BadInput(f"prompts file {p} holds no prompt")
+    seen: dict[str, int] = {}
+    for i, prompt in enumerate(prompts):
+        if prompt in seen:
+            raise BadInput(f"prompts file {p}: prompt {prompt!r} appears twice (prompts {seen[prompt]} and {i})")
+        seen[prompt] = i
+    return prompts
+
+
+def job_seed(seed: int, prompt_id: int, sample_id: int) -> int:
+    return seed + prompt_id * SEED_STRIDE + sample_id
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def _fingerprint(source: PositiveSource, resolution: int, seed: int) -> dict[str, Any]:
+    return json.loads(json.dumps({"source": source.identity(), "resolution": resolution, "seed": seed}))
+
+
+def _load_prior(out: Path, fingerprint: dict[str, Any]) -> tuple[list[PositiveSample], dict[int, dict[str, str]]]:
+    """Rows and refusals of an earlier run into ``out`` (manifest and journal), after a settings check."""
+    rows: list[PositiveSample] = []
+    refused: dict[int, dict[str, str]] = {}
+
+    def check(found: Mapping[str, Any], where: Path) -> None:
+        differs = sorted(k for k in fingerprint if found.get(k) != fingerprint[k])
+        if differs:
+            raise BadInput(f"{where} was made with other {', '.join(differs)} ({found.get(differs[0])!r}, now "
+                           f"{fingerprint[differs[0]]!r}); use another --out or remove it")
+
+    if (out / MANIFEST_NAME).is_file():
+        done = read_positives(out, verify=False)
+        check(done.meta, out / MANIFEST_NAME)
+        rows.extend(done.samples)
+        refused.update({int(r["prompt_id"]): r for r in done.meta.get("refused", [])})
+    journal = out / JOURNAL_NAME
+    if journal.is_file():
+        lines = journal.read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines):
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the line being written when the run stopped
+            if number == 0:
+                check(entry.get("header", {}), journal)
+            elif "row" in entry:
+                rows.append(PositiveSample(**entry["row"]))
+            elif "refused" in entry:
+                refused[int(entry["refused"]["prompt_id"])] = entry["refused"]
+    return rows, refused
+
+
+class _Journal:
+    """Append-only record of finished images; each line is flushed and synced before the next job counts."""
+
+    def __init__(self, out: Path, header: dict[str, Any], rows: Sequence[PositiveSample],
+                 refused: Mapping[int, dict[str, str]]):
+        self.path = out / JOURNAL_NAME
+        lines = [{"header": header}, *({"row": dataclasses.asdict(r)} for r in rows),
+                 *({"refused": r} for r in refused.values())]
+        atomic_write_bytes(self.path, "".join(json.dumps(x) + "\n" for x in lines).encode())
+        self.fh = open(self.path, "a", encoding="utf-8")
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self.fh.write(json.dumps(entry) + "\n")
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | os.PathLike[str], resolution: int, *,
+            seed: int = 0, config: Mapping[str, Any] | None = None, sources: Sequence[Path] = (),
+            console: Console | None = None) -> RunReport:
+    """Make ``n`` positives per prompt (per reward for ``self``) in ``out``, resuming what is there.
+
+    Raises BadInput before anything is written when an input is wrong, and
+    :class:`IncompleteRun` (journal kept, no manifest) when images failed after their retries.
+    A refused prompt is recorded in the manifest metadata (``refused``) and left out.
+    """
+    out = Path(out)
+    if n < 1:
+        raise BadInput(f"--n must be at least 1, got {n}")
+    if n > SEED_STRIDE:
+        raise BadInput(f"--n must be at most {SEED_STRIDE}, got {n}")
+    if not isinstance(resolution, int) or resolution < MIN_RESOLUTION:
+        raise BadInput(f"resolution must be an integer >= {MIN_RESOLUTION}, got {resolution!r}")
+    if not prompts:
+        raise BadInput("no prompts")
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"cannot write into {out}: it is not a directory")
+    check_writable(out / MANIFEST_NAME)
+    source.prepare(prompts, n)
+    header = _fingerprint(source, resolution, seed)
+    prior, refused = _load_prior(out, header) if out.is_dir() else ([], {})
+
+    wanted = {(r, p, s) for r in source.rewards() for p in range(len(prompts)) for s in range(n)}
+    refused = {p: r for p, r in refused.items() if p < len(prompts) and r.get("prompt") == prompts[p]}
+    rows: dict[tuple[str | None, int, int], PositiveSample] = {}
+    digests: dict[Path, str] = {}
+    redone = 0
+    for row in prior:
+        key = (row.reward, row.prompt_id, row.sample_id)
+        if key not in wanted or row.prompt != prompts[row.prompt_id] or row.prompt_id in refused:
+            continue
+        path = out / row.image_path
+        if path not in digests:
+            digests[path] = sha256_file(path) if path.is_file() else ""
+        if digests[path] == row.sha256:
+            rows[key] = row
+        else:
+            redone += 1
+    kept = len(rows)
+    jobs = [Job(p, prompts[p], s, job_seed(seed, p, s), r) for (r, p, s) in sorted(wanted, key=_order)
+            if (r, p, s) not in rows and p not in refused]
+
+    out.mkdir(parents=True, exist_ok=True)
+    journal = _Journal(out, header, list(rows.values()), refused)
+    report = RunReport(out, len(prompts), 0, 0, kept, redone, refused)
+    start = time.monotonic()
+    columns = (TextColumn(f"positives ({source.name})"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("failures {task.fields[failures]}"), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=console or Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("positives", total=len(jobs), failures=0)
+            for outcome in source.produce(jobs):
+                job = outcome.job
+                if outcome.refused is not None:
+                    if job.prompt_id not in refused:
+                        refused[job.prompt_id] = {"prompt_id": job.prompt_id, "prompt": job.prompt,
+                                                  "reason": outcome.refused}
+                        journal.add({"refused": refused[job.prompt_id]})
+                elif outcome.failed is not None:
+                    report.failures.append(f"prompt {job.prompt_id} sample {job.sample_id}: {outcome.failed}")
+                elif job.prompt_id not in refused:
+                    row = _store(out, outcome, resolution, source.name)
+                    rows[(job.reward, job.prompt_id, job.sample_id)] = row
+                    journal.add({"row": dataclasses.asdict(row)})
+                    report.new += 1
+                progress.update(task, advance=1, failures=len(report.failures))
+    finally:
+        journal.close()
+    report.seconds = time.monotonic() - start
+    if report.failures:
+        raise IncompleteRun(report)
+
+    final = sorted((r for r in rows.values() if r.prompt_id not in refused), key=lambda r: _order(
+        (r.reward, r.prompt_id, r.sample_id)))
+    meta = {**header, "n": n, "resize": RESIZE_RULE, "refused": sorted(refused.values(), key=lambda r: r["prompt_id"]),
+            **source.meta()}
+    write_positives_manifest(out, final, meta=meta, config=config,
+                             sources=[Source.of(p) for p in [*sources, *source.inputs()]])
+    (out / JOURNAL_NAME).unlink(missing_ok=True)
+    report.rows = len(final)
+    return report
+
+
+def _order(key: tuple[str | None, int, int]) -> tuple[str, int, int]:
+    return (key[0] or "", key[1], key[2])
+
+
+def _store(out: Path, outcome: Outcome, resolution: int, source_name: str) -> PositiveSample:
+    """Normalise and write one image (atomically; an identical file already there is reused)."""
+    job = outcome.job
+    data = png_bytes(normalise(outcome.image, resolution))
+    rel = f"images/{job.prompt_id:05d}/{outcome.file_name or f'{job.sample_id:04d}.png'}"
+    path = out / rel
+    digest = hashlib.sha256(data).hexdigest()
+    if not (path.is_file() and sha256_file(path) == digest):
+        atomic_write_bytes(path, data)
+    return PositiveSample(job.prompt_id, job.prompt, job.sample_id, rel, source_name, outcome.seed, digest,
+                          job.reward)
+

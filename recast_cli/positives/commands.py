@@ -1,0 +1,233 @@
+"""The positives commands of ``recast``: ``sample-positive`` and ``compare-gains`` (``register`` adds them)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from recast_cli.errors import BadInput
+
+out = Console()
+err = Console(stderr=True)
+
+SOURCES = "renderer | folder:DIR | diffusers:PATH | openai | gemini | self"
+
+
+def sample_positive_command(
+    source: str = typer.Option(..., "--source", help=f"Where positives come from: {SOURCES}."),
+    n: int = typer.Option(..., "--n", help="Positives per prompt (per reward for --source self)."),
+    out_dir: Path = typer.Option(..., "--out", help="Positives folder (recast.positives/1); rerun to resume."),
+    setting: Optional[str] = typer.Option(None, "--setting", help="Setting name or .toml: its prompts, policy "
+                                                                  "and resolution."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts file, one per line (overrides the "
+                                                                   "setting's prompts)."),
+    resolution: Optional[int] = typer.Option(None, help="Image side R (default: the setting policy's)."),
+    seed: int = typer.Option(0, help="Image s of prompt p uses seed + p*100000 + s (seeded sources)."),
+    rewards: Optional[str] = typer.Option(None, help="self: rewards, comma-separated (one positive set each)."),
+    draws: Optional[int] = typer.Option(None, help="self: π^old draws per prompt S (default 8 N)."),
+    beta: float = typer.Option(1.0, help="self: temperature β of the tilt exp(r̃/β) (E2)."),
+    standardise: bool = typer.Option(True, "--standardise/--raw", help="self: tilt the per-prompt standardised "
+                                                                       "reward r̃ = (r - mean)/std, or the raw r."),
+    noise_level: Optional[float] = typer.Option(None, help="self: SDE noise level a of π^old (default: the "
+                                                           "setting's)."),
+    steps: Optional[int] = typer.Option(None, help="self / diffusers: sampling steps (default: the setting's / "
+                                                   "the pipeline's)."),
+    cfg: Optional[float] = typer.Option(None, "--cfg", help="self / diffusers: CFG scale."),
+    batch: int = typer.Option(8, help="self / diffusers: images per model call."),
+    device: Optional[str] = typer.Option(None, help="self / diffusers: torch device (default: cuda if available)."),
+    model: Optional[str] = typer.Option(None, help="openai / gemini: model (default gpt-image-1.5 / "
+                                                   "gemini-3-pro-image-preview)."),
+    size: Optional[str] = typer.Option(None, help="openai: size (e.g. 1024x1024); gemini: aspect ratio (1:1)."),
+    quality: Optional[str] = typer.Option(None, help="openai: quality (low | medium | high | auto)."),
+    concurrency: int = typer.Option(4, help="openai / gemini: requests in flight at most."),
+    retries: int = typer.Option(5, help="openai / gemini: retries after a 429, 5xx, timeout or broken answer."),
+    timeout: float = typer.Option(300.0, help="openai / gemini: seconds per request."),
+    backoff: float = typer.Option(1.0, help="openai / gemini: seconds before the first retry (doubled per "
+                                            "retry, at most 60)."),
+) -> None:
+    """Write π⁺ surrogate images for every prompt (METHOD.md §4, "Positive samples"; E2)."""
+    from recast_cli.positives.collect import IncompleteRun, collect
+
+    if n < 1:
+        raise BadInput(f"--n must be at least 1, got {n}")
+    for name, value in (("--batch", batch), ("--concurrency", concurrency)):
+        if value < 1:
+            raise BadInput(f"{name} must be at least 1, got {value}")
+    if retries < 0 or not timeout > 0 or backoff < 0:
+        raise BadInput("--retries and --backoff must be >= 0 and --timeout > 0")
+    if seed < 0:
+        raise BadInput(f"--seed must be >= 0, got {seed}")
+    kind, _, arg = source.partition(":")
+    if kind not in ("renderer", "folder", "diffusers", "openai", "gemini", "self") or (
+            bool(arg) != (kind in ("folder", "diffusers"))):
+        raise BadInput(f"unknown source {source!r}; known: {SOURCES}")
+    spec_setting = _load_setting(setting)
+    prompt_list, inputs = _prompts(spec_setting, prompts)
+    size_r = _resolution(spec_setting, resolution)
+
+    if kind == "renderer":
+        from recast_cli.positives.renderer import RendererSource
+
+        src = RendererSource(size_r)
+    elif kind == "folder":
+        from recast_cli.positives.folder import FolderSource
+
+        src = FolderSource(arg)
+    elif kind == "diffusers":
+        from recast_cli.positives.pipeline import DiffusersSource
+
+        src = DiffusersSource(arg, steps=steps, guidance_scale=cfg, batch=batch, device=device)
+    elif kind in ("openai", "gemini"):
+        from recast_cli.positives.api import RetryPolicy
+
+        policy = RetryPolicy(retries=retries, timeout=timeout, backoff=backoff)
+        if kind == "openai":
+            from recast_cli.positives.openai_images import OpenAISource
+
+            src = OpenAISource(model=model, size=size, quality=quality, concurrency=concurrency, retry=policy)
+        else:
+            from recast_cli.positives.gemini_images import GeminiSource
+
+            src = GeminiSource(model=model, aspect_ratio=size, concurrency=concurrency, retry=policy)
+    else:
+        from recast_cli.positives.sir import SelfSource
+
+        if spec_setting is None:
+            raise BadInput("--source self samples the setting's policy: give --setting")
+        names = [r.strip() for r in (rewards or _setting_rewards(spec_setting)).split(",") if r.strip()]
+        src = SelfSource(spec_setting.policy, names, draws=draws or 8 * n, n=n, beta=beta, standardise=standardise,
+                         noise_level=noise_level, steps=steps, guidance_scale=cfg, batch=batch, device=device)
+    config = {"source": source, "n": n, "resolution": size_r, "seed": seed, "setting": setting,
+              "prompts": str(prompts) if prompts else None, "options": _options(kind, locals())}
+    try:
+        report = collect(src, prompt_list, n, out_dir, size_r, seed=seed, config=config, sources=inputs, console=err)
+    except IncompleteRun as exc:
+        _summary(exc.report, source)
+        err.print(f"recast: {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    _summary(report, source)
+    out.print(f"wrote {report.out}")
+
+
+def _options(kind: str, values: dict) -> dict:
+    """The flags that shaped this run, for the provenance config (no secrets exist among them)."""
+    per_kind = {"self": ("rewards", "draws", "beta", "standardise", "noise_level", "steps", "cfg", "batch"),
+                "diffusers": ("steps", "cfg", "batch"),
+                "openai": ("model", "size", "quality", "concurrency", "retries", "timeout", "backoff"),
+                "gemini": ("model", "size", "concurrency", "retries", "timeout", "backoff")}
+    return {k: values[k] for k in per_kind.get(kind, ())}
+
+
+def _load_setting(setting: str | None):
+    if setting is None:
+        return None
+    from recast_cli.settings import load_setting
+
+    return load_setting(setting)
+
+
+def _prompts(setting, prompts_file: Path | None) -> tuple[list[str], list[Path]]:
+    """Prompts from --prompts, else the setting's ``[positives] prompts`` file, else the toy vocabulary."""
+    from recast_cli.positives.collect import read_prompts_file
+    from recast_cli.settings import check_prompts
+
+    if prompts_file is None and setting is None:
+        raise BadInput("give --setting S or --prompts FILE")
+    sources: list[Path] = []
+    if prompts_file is not None:
+        found, sources = read_prompts_file(prompts_file), [prompts_file]
+    else:
+        table = setting.raw.get("positives", {})
+        if isinstance(table, dict) and isinstance(table.get("prompts"), str):
+            path = setting.file.parent / table["prompts"]
+            found, sources = read_prompts_file(path), [path]
+        elif setting.policy.prompt_check == "toy":
+            from recast_cli.toy.renderer import all_prompts
+
+            found = all_prompts()
+        else:
+            raise BadInput(f"{setting.file} names no prompts ([positives] prompts = FILE); give --prompts FILE")
+    if setting is not None:
+        check_prompts(setting.policy, found)
+        sources.append(setting.file)
+    return found, sources
+
+
+def _setting_rewards(setting) -> str:
+    table = setting.raw.get("positives", {})
+    names = table.get("rewards") if isinstance(table, dict) else None
+    if not names:
+        raise BadInput("--source self needs --rewards (or [positives] rewards in the setting)")
+    return ",".join(names) if isinstance(names, list) else str(names)
+
+
+def _resolution(setting, resolution: int | None) -> int:
+    """--resolution, else the setting policy's, else its model's native size (transformer x VAE configs)."""
+    if resolution is not None:
+        return resolution
+    if setting is None:
+        raise BadInput("--prompts without --setting needs --resolution R")
+    spec = setting.policy
+    if spec.kind == "gmm1d":
+        raise BadInput(f"the {setting.name} setting's policy (gmm1d) makes no images")
+    if spec.resolution is not None:
+        return int(spec.resolution)
+    try:
+        transformer = json.loads((spec.path / "transformer" / "config.json").read_text())
+        vae = json.loads((spec.path / "vae" / "config.json").read_text())
+        return int(transformer["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
+    except (OSError, KeyError, TypeError, ValueError):
+        raise BadInput(f"cannot read the resolution of {spec.path}; give --resolution R") from None
+
+
+def _summary(report, source: str) -> None:
+    table = Table(title=f"positives: {source} → {report.out}", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    refused = ", ".join(str(p) for p in sorted(report.refused)) or "none"
+    for label, value in (("prompts", report.prompts), ("images in manifest", report.rows or "—"),
+                         ("made now", report.new), ("kept from before", report.kept),
+                         ("made again (sha256 mismatch)", report.redone), ("refused prompts", refused),
+                         ("failed", len(report.failures)), ("seconds", f"{report.seconds:.1f}")):
+        table.add_row(label, str(value))
+    out.print(table)
+
+
+def compare_gains_command(
+    a: Path = typer.Argument(..., help="Gain table A (recast.gains/1)."),
+    b: Path = typer.Argument(..., help="Gain table B on the same grid."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Per reward: Pearson and Spearman correlation of two gain curves, peak t of each, ratio of totals (Table 5)."""
+    from recast_cli.compare import compare_gains
+
+    result = compare_gains(a, b)
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, allow_nan=False) + "\n")
+        return
+    table = Table(title=f"gains of B = {b} against A = {a} (T = {result['T']})", title_justify="left")
+    for column in ("reward", "Pearson", "Spearman", "peak t A", "peak t B", "total A", "total B", "B / A"):
+        table.add_column(column, justify="left" if column == "reward" else "right")
+
+    def num(x: float | None, fmt: str = ".3f") -> str:
+        return "—" if x is None else format(x, fmt)
+
+    for row in result["rewards"]:
+        table.add_row(row["reward"], num(row["pearson"]), num(row["spearman"]), str(row["peak_t_a"]),
+                      str(row["peak_t_b"]), num(row["total_a"], ".4g"), num(row["total_b"], ".4g"), num(row["ratio"]))
+    out.print(table)
+    for side in ("a", "b"):
+        if result[f"only_in_{side}"]:
+            out.print(f"only in {side.upper()}: {', '.join(result[f'only_in_{side}'])}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sample-positive")(sample_positive_command)
+    app.command("compare-gains")(compare_gains_command)
+

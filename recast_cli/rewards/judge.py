@@ -222,7 +222,7 @@ def write_judgements(path: str | os.PathLike[str], verdicts: Sequence[Verdict], 
     for criterion in criteria:
         columns[criterion] = pa.array([v.winners[criterion] for v in verdicts], type=pa.string())
     columns["reply"] = pa.array([v.reply for v in verdicts], type=pa.string())
-    meta = {"schema": SCHEMA, "summary": dict(summary), **provenance.to_metadata()}
+    meta = {"summary": dict(summary), **provenance.to_metadata()}
     table = pa.table(columns).replace_schema_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
     buffer = io.BytesIO()
     pq.write_table(table, buffer)

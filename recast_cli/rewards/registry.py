@@ -58,4 +58,8 @@ def build_scorer(name: str, **options: Any) -> Scorer:
         unknown = sorted(set(options) - set(params))
         if unknown:
             raise BadInput(f"{name}: unknown option {', '.join(unknown)}; it takes {', '.join(params) or 'none'}")
+    missing = [k for k, p in params.items() if p.default is inspect.Parameter.empty and k not in options
+               and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    if missing:
+        raise BadInput(f"{name}: needs option {', '.join(missing)} (e.g. --opt {name}.{missing[0]}=VALUE)")
     return cls(**options)

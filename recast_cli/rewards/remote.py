@@ -106,7 +106,7 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
                     scores = scorer.score(images, prompts)
                     extras = scorer.extras()
                 payload = {"scores": [float(s) for s in scores], "extras": extras}
-                json.dumps(payload, allow_nan=False)
+                json.dumps(payload, allow_nan=False)  # a NaN score fails here, as a 500, not mid-reply
             except BadInput as exc:
                 self._send(400, {"error": str(exc)})
                 return

@@ -58,9 +58,8 @@ class ScoreTable:
                 cells: list[Any] = [None] * (n * m)
                 cells[j::m] = values
                 columns[column] = pa.array(cells)
-        meta = {"schema": SCHEMA, **provenance.to_metadata()}
-        table = pa.table(columns)
-        return table.replace_schema_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
+        meta = provenance.to_metadata()
+        return pa.table(columns).replace_schema_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
 
 
 def collect_images(items: Sequence[str | os.PathLike[str]]) -> list[Path]:

@@ -819,6 +819,8 @@ class Positives:
     def for_prompt(self, prompt_id: int, reward: str | None = None) -> list[PositiveSample]:
         """The positives of one prompt, for ``reward`` when the folder holds one set per reward."""
         per_reward = self.rewards()
+        if per_reward and reward is None:
+            raise BadInput(f"{self.root}: positives are per reward ({', '.join(per_reward)}); name the reward")
         if per_reward and reward not in per_reward:
             raise BadInput(f"{self.root}: positives are per reward ({', '.join(per_reward)}); "
                            f"none for reward {reward!r}")

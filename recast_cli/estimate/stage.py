@@ -152,6 +152,7 @@ class World:
     positives_info: dict
     sources: list[Source]
     is_gmm1d: bool
+    positive_sets: int = 1  # 1: one set serves every reward; m: one set per reward
 
 
 def build_world(cfg: EstimateConfig) -> World:
@@ -179,7 +180,7 @@ def build_world(cfg: EstimateConfig) -> World:
         return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
                      positives if cfg.sampling == "pplus" else None,
                      {"name": "gmm1d", "steps": cfg.steps}, {"source": "exact"} if cfg.sampling == "pplus" else {},
-                     [], True)
+                     [], True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
 
     from recast_cli.settings import build_policy, check_prompts, load_setting
 
@@ -196,24 +197,28 @@ def build_world(cfg: EstimateConfig) -> World:
         pos = read_positives(cfg.positives)
         prompts = pos.prompts()
         prompt_ids = sorted({s.prompt_id for s in pos.samples})
-        short = [pid for pid in prompt_ids if len(pos.for_prompt(pid)) < cfg.N]
-        if short:
-            raise BadInput(f"{cfg.positives}: prompt_id {short[0]} has {len(pos.for_prompt(short[0]))} positives, "
-                           f"fewer than N = {cfg.N}")
+        # one shared set (every reward), or one set per reward (e.g. `sample-positive --source self`)
+        reward_sets = [None] if not pos.rewards() else list(cfg.rewards)
+        for pid in prompt_ids:
+            for reward in reward_sets:
+                have = len(pos.for_prompt(pid, reward))
+                if have < cfg.N:
+                    which = "" if reward is None else f" for reward {reward!r}"
+                    raise BadInput(f"{cfg.positives}: prompt_id {pid} has {have} positives{which}, fewer than N = {cfg.N}")
         positives_info = {"source": str(cfg.positives), "sha256": _manifest_sha(cfg.positives),
                           "generator": pos.meta.get("generator")}
         sources.append(Source.of(Path(cfg.positives) / "manifest.parquet"))
     elif spec.prompt_check == "toy":
         from recast_cli.toy.renderer import all_prompts
 
-        pos = None
+        pos, reward_sets = None, [None]
         prompts = all_prompts()
         prompt_ids = list(range(len(prompts)))
         positives_info = {"source": "renderer"}
     elif cfg.sampling == "pplus":
         raise BadInput(f"setting {setting.name!r}: π⁺-sampling needs --positives DIR (see recast sample-positive)")
     else:
-        pos = None
+        pos, reward_sets = None, [None]
         prompts, prompt_ids = _prompts_file(cfg.prompts_file)
         positives_info = {}
     if cfg.P is not None:
@@ -233,15 +238,19 @@ def build_world(cfg: EstimateConfig) -> World:
 
             from recast_cli.rewards.base import as_float
 
-            chosen = pos.for_prompt(prompt_ids[p])[: cfg.N]
-            images = torch.stack(as_float([Image.open(pos.root / s.image_path).convert("RGB") for s in chosen]))
+            sets = []
+            for reward in reward_sets:
+                chosen = pos.for_prompt(prompt_ids[p], reward)[: cfg.N]
+                images = torch.stack(as_float([Image.open(pos.root / s.image_path).convert("RGB") for s in chosen]))
+                sets.append(policy.encode(images.to(policy.device)))
+            return sets
         return [policy.encode(images.to(policy.device))]
 
     policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": str(spec.path) if spec.path else None,
                    "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
                    "weights_sha256": _weights_hash(spec.path)}
     return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
-                 policy_info, positives_info, sources, False)
+                 policy_info, positives_info, sources, False, len(reward_sets) if cfg.sampling == "pplus" else 1)
 
 
 def _prompts_file(path: str | None) -> tuple[list[str], list[int]]:
@@ -291,7 +300,7 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     marker.write_text(json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True))
     plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
                        batch_size=cfg.batch_size)
-    per_prompt = cfg.N * T * cfg.K * (len(cfg.rewards) if world.is_gmm1d and cfg.sampling == "pplus" else 1)
+    per_prompt = cfg.N * T * cfg.K * world.positive_sets
     results: dict[int, np.ndarray] = {}
     columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]

@@ -1,7 +1,7 @@
 """Run a positives source into a ``recast.positives/1`` folder: normalise, write, resume.
 
 Folder layout: ``DIR/manifest.parquet`` and ``DIR/images/PPPPP/SSSS.png`` (one sub-folder per
-prompt_id; the ``self`` source names its files ``draw-SEED.png`` because rows of several
+prompt_id; the ``self`` source names its files ``draw-SEED-HASH.png`` because rows of several
 rewards share one draw). The manifest appears only when the run is complete. Until then
 ``DIR/.recast-partial.jsonl`` journals every image as soon as it is on disk, so an
 interrupted or failed run continues where it stopped: a journalled or manifest image whose
@@ -67,13 +67,15 @@ class Outcome:
     """What a source made of a job: an image, a refusal of its prompt, or a failure.
 
     ``seed`` is the seed the image was made with (-1 when the generator takes none);
-    ``file_name`` names the file inside the prompt's folder (default ``SSSS.png``).
+    ``shared_stem`` names a file that rows of several rewards share: it is stored as
+    ``STEM-HASH.png`` (content-addressed, so a redrawn image never overwrites one that kept
+    rows point to); without it the file is ``SSSS.png``.
     """
 
     job: Job
     image: Image.Image | None = None
     seed: int = -1
-    file_name: str | None = None
+    shared_stem: str | None = None
     refused: str | None = None
     failed: str | None = None
 
@@ -217,7 +219,7 @@ def _load_prior(out: Path, fingerprint: dict[str, Any]) -> tuple[list[PositiveSa
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
-                continue  # the line being written when the run stopped
+                continue  # the line being written when the run stopped: that image is made again
             if number == 0:
                 check(entry.get("header", {}), journal)
             elif "row" in entry:
@@ -295,6 +297,7 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
     jobs = [Job(p, prompts[p], s, job_seed(seed, p, s), r) for (r, p, s) in sorted(wanted, key=_order)
             if (r, p, s) not in rows and p not in refused]
 
+    created = [d for d in (out, *out.parents) if not d.exists()]
     out.mkdir(parents=True, exist_ok=True)
     journal = _Journal(out, header, list(rows.values()), refused)
     report = RunReport(out, len(prompts), 0, 0, kept, redone, refused)
@@ -319,6 +322,13 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
                     journal.add({"row": dataclasses.asdict(row)})
                     report.new += 1
                 progress.update(task, advance=1, failures=len(report.failures))
+    except BadInput:
+        if not rows and not refused:  # stopped before anything was made (e.g. a rejected key): leave no trace
+            journal.close()
+            journal.path.unlink(missing_ok=True)
+            for folder in created:
+                folder.rmdir()
+        raise
     finally:
         journal.close()
     report.seconds = time.monotonic() - start
@@ -344,9 +354,10 @@ def _store(out: Path, outcome: Outcome, resolution: int, source_name: str) -> Po
     """Normalise and write one image (atomically; an identical file already there is reused)."""
     job = outcome.job
     data = png_bytes(normalise(outcome.image, resolution))
-    rel = f"images/{job.prompt_id:05d}/{outcome.file_name or f'{job.sample_id:04d}.png'}"
-    path = out / rel
     digest = hashlib.sha256(data).hexdigest()
+    name = f"{job.sample_id:04d}.png" if outcome.shared_stem is None else f"{outcome.shared_stem}-{digest[:12]}.png"
+    rel = f"images/{job.prompt_id:05d}/{name}"
+    path = out / rel
     if not (path.is_file() and sha256_file(path) == digest):
         atomic_write_bytes(path, data)
     return PositiveSample(job.prompt_id, job.prompt, job.sample_id, rel, source_name, outcome.seed, digest,

@@ -17,6 +17,13 @@ out = Console()
 err = Console(stderr=True)
 
 SOURCES = "renderer | folder:DIR | diffusers:PATH | openai | gemini | self"
+#: the flags each source uses, recorded in the manifest's provenance config (keys are never flags)
+SOURCE_FLAGS = {
+    "self": ("rewards", "draws", "beta", "standardise", "noise_level", "steps", "cfg", "batch"),
+    "diffusers": ("steps", "cfg", "batch"),
+    "openai": ("model", "size", "quality", "concurrency", "retries", "timeout", "backoff"),
+    "gemini": ("model", "size", "concurrency", "retries", "timeout", "backoff"),
+}
 
 
 def sample_positive_command(
@@ -103,8 +110,12 @@ def sample_positive_command(
         names = [r.strip() for r in (rewards or _setting_rewards(spec_setting)).split(",") if r.strip()]
         src = SelfSource(spec_setting.policy, names, draws=draws or 8 * n, n=n, beta=beta, standardise=standardise,
                          noise_level=noise_level, steps=steps, guidance_scale=cfg, batch=batch, device=device)
+    flags = {"rewards": rewards, "draws": draws, "beta": beta, "standardise": standardise, "noise_level": noise_level,
+             "steps": steps, "cfg": cfg, "batch": batch, "model": model, "size": size, "quality": quality,
+             "concurrency": concurrency, "retries": retries, "timeout": timeout, "backoff": backoff}
     config = {"source": source, "n": n, "resolution": size_r, "seed": seed, "setting": setting,
-              "prompts": str(prompts) if prompts else None, "options": _options(kind, locals())}
+              "prompts": str(prompts) if prompts else None,
+              "options": {k: flags[k] for k in SOURCE_FLAGS.get(kind, ())}}
     try:
         report = collect(src, prompt_list, n, out_dir, size_r, seed=seed, config=config, sources=inputs, console=err)
     except IncompleteRun as exc:
@@ -113,15 +124,6 @@ def sample_positive_command(
         raise typer.Exit(1) from None
     _summary(report, source)
     out.print(f"wrote {report.out}")
-
-
-def _options(kind: str, values: dict) -> dict:
-    """The flags that shaped this run, for the provenance config (no secrets exist among them)."""
-    per_kind = {"self": ("rewards", "draws", "beta", "standardise", "noise_level", "steps", "cfg", "batch"),
-                "diffusers": ("steps", "cfg", "batch"),
-                "openai": ("model", "size", "quality", "concurrency", "retries", "timeout", "backoff"),
-                "gemini": ("model", "size", "concurrency", "retries", "timeout", "backoff")}
-    return {k: values[k] for k in per_kind.get(kind, ())}
 
 
 def _load_setting(setting: str | None):

@@ -56,16 +56,16 @@ class OpenAISource(ApiSource):
             answer = self.client.images.generate(**options)
         except openai.BadRequestError as exc:
             if _error_code(exc.body) in REFUSAL_CODES:
-                raise Refused(f"{_error_code(exc.body)}: {exc.message}") from None
-            raise BadInput(f"openai: {exc.message}") from None
+                raise Refused(f"{_error_code(exc.body)}: {_message(exc)}") from None
+            raise BadInput(f"openai: 400 {_message(exc)}") from None
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise BadInput(f"openai: {exc.status_code} {exc.message} (check OPENAI_API_KEY)") from None
+            raise BadInput(f"openai: {exc.status_code} {_message(exc)} (check OPENAI_API_KEY)") from None
         except (openai.RateLimitError, openai.InternalServerError) as exc:
-            raise Transient(f"{exc.status_code} {exc.message}", retry_after(exc.response.headers)) from None
+            raise Transient(f"{exc.status_code} {_message(exc)}", retry_after(exc.response.headers)) from None
         except openai.APIStatusError as exc:
             if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise Transient(f"{exc.status_code} {exc.message}", retry_after(exc.response.headers)) from None
-            raise BadInput(f"openai: {exc.status_code} {exc.message}") from None
+                raise Transient(f"{exc.status_code} {_message(exc)}", retry_after(exc.response.headers)) from None
+            raise BadInput(f"openai: {exc.status_code} {_message(exc)}") from None
         except (openai.APIConnectionError, openai.APIResponseValidationError, json.JSONDecodeError) as exc:
             raise Transient(f"{type(exc).__name__}: {exc}") from None
         data = answer.data[0].b64_json if answer.data else None
@@ -77,10 +77,19 @@ class OpenAISource(ApiSource):
             raise Transient("the answer's b64_json is not base64") from None
 
 
-def _error_code(body: object) -> str | None:
-    """``code`` of an OpenAI error body (``{"error": {...}}`` or the inner object)."""
+def _error_field(body: object, name: str) -> str | None:
+    """A field of an OpenAI error body (``{"error": {...}}`` or the inner object)."""
     if isinstance(body, dict):
         inner = body.get("error", body)
-        if isinstance(inner, dict):
-            return inner.get("code")
+        if isinstance(inner, dict) and inner.get(name) is not None:
+            return str(inner[name])
     return None
+
+
+def _error_code(body: object) -> str | None:
+    return _error_field(body, "code")
+
+
+def _message(exc) -> str:
+    """The server's own message (the SDK's prefixes it with the status code)."""
+    return _error_field(exc.body, "message") or exc.message

@@ -22,7 +22,7 @@ import torch
 from scipy.special import logsumexp
 
 from recast_cli.errors import BadInput
-from recast_cli.positives.collect import Job, Outcome, PositiveSource
+from recast_cli.positives.collect import SEED_STRIDE, Job, Outcome, PositiveSource
 from recast_cli.sample import to_pil
 
 
@@ -100,8 +100,8 @@ class SelfSource(PositiveSource):
             raise BadInput("--source self needs an image policy; gmm1d has no images (use sir_resample directly)")
         if not self.names or len(set(self.names)) != len(self.names):
             raise BadInput(f"--rewards must name distinct rewards, got {list(self.names)}")
-        if self.draws < n:
-            raise BadInput(f"--draws ({self.draws}) must be at least --n ({n})")
+        if not n <= self.draws <= SEED_STRIDE:
+            raise BadInput(f"--draws ({self.draws}) must be at least --n ({n}) and at most {SEED_STRIDE}")
         if not self.beta > 0:
             raise BadInput(f"--beta must be > 0, got {self.beta}")
         if self.noise_level < 0 or self.steps < 1:
@@ -130,8 +130,7 @@ class SelfSource(PositiveSource):
                                      self.standardise)
                 for job in (j for j in wanted if j.reward == name):
                     seed = seeds[int(picks[job.sample_id])]
-                    yield Outcome(job, image=images[int(picks[job.sample_id])], seed=seed,
-                                  file_name=f"draw-{seed}.png")
+                    yield Outcome(job, image=images[int(picks[job.sample_id])], seed=seed, shared_stem=f"draw-{seed}")
 
     def _draw(self, policy, prompt: str, seeds: list[int]) -> list:
         """S images of π^old for one prompt (8-bit, so the scored pixels are the stored ones)."""

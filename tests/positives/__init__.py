@@ -1,0 +1,1 @@
+"""Tests of `recast sample-positive` and `recast compare-gains`."""

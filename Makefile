@@ -36,6 +36,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sinkhorn.py
 	$(BIN)/python benchmarks/bench_rollouts.py
+	$(BIN)/python -m benchmarks.bench_estimate
+	$(BIN)/python benchmarks/bench_rewards.py
 
 # Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
 example: $(STAMP)

@@ -24,8 +24,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[api,rewards,test]'
 	touch $@
 
-test: $(STAMP)
+# ImageReward and HPSv3 pin transformers 4.x: their published packages live in side package
+# sets (docs/rewards.md); the adapters are checked against them in a process of their own.
+SIDE := .side
+SIDE_IR := $(SIDE)/ir/.installed
+SIDE_HPS := $(SIDE)/hps/.installed
+
+$(SIDE_IR): $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check --target $(SIDE)/ir --no-deps image-reward==1.5 \
+	    transformers==4.45.2 tokenizers==0.20.3 huggingface_hub==0.36.0 timm==0.6.13 fairscale==0.4.13 \
+	    datasets==3.6.0 diffusers==0.31.0 openai-clip ftfy wcwidth dill multiprocess xxhash 'setuptools<81'
+	touch $@
+
+$(SIDE_HPS): $(SIDE_IR)
+	$(BIN)/pip install --quiet --disable-pip-version-check --target $(SIDE)/hps --no-deps hpsv3==1.0.0 \
+	    trl==0.11.4 peft==0.13.2 omegaconf antlr4-python3-runtime==4.9.3 fire termcolor tensorboard \
+	    tensorboard-data-server absl-py markdown werkzeug grpcio protobuf
+	touch $@
+
+test: $(STAMP) $(SIDE_HPS)
 	$(BIN)/python -m pytest -q
+	PYTHONPATH=$(SIDE)/hps:$(SIDE)/ir $(BIN)/python -m pytest -q -p no:cacheprovider tests/rewards/test_isolated_scorers.py
 
 # Until the toy world lands: solve W on the shipped exact gmm1d gain table, inspect it, draw Fig. 1.
 demo: $(STAMP)
@@ -44,4 +63,4 @@ example: $(STAMP)
 	$(BIN)/python -m recast_cli.policy.gmm1d $(EXAMPLE)
 
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache
+	rm -rf $(VENV) $(SIDE) $(DEMO) .pytest_cache

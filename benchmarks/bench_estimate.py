@@ -12,7 +12,6 @@ Run: make bench  (uses pipelines/toy/model, or a random tiny model of the same a
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path

@@ -13,7 +13,6 @@ Head weights: ``sac+logos+ava1-l14-linearMSE.pth`` (a plain state dict, read wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from torch import nn
 
 from recast_cli.errors import BadInput
 from recast_cli.rewards import hfclip
-from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks, torch_device
+from recast_cli.rewards.base import BatchedScorer, check_batch_size, torch_device
 from recast_cli.rewards.clip import CLIP_WEIGHTS
 from recast_cli.rewards.weights import WeightSpec, resolve
 
@@ -46,7 +45,7 @@ class AestheticMLP(nn.Module):
         return self.layers(x)
 
 
-class AestheticScore(Scorer):
+class AestheticScore(BatchedScorer):
     """MLP(f/‖f‖) over CLIP ViT-L/14 image features (LAION aesthetic predictor v2)."""
 
     name = "aesthetic"
@@ -61,15 +60,10 @@ class AestheticScore(Scorer):
         self.head = load_head(resolve(HEAD_WEIGHTS, weights), self.model.config.projection_dim).to(self.device)
 
     @torch.inference_mode()
-    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
-        count = check_batch(self.name, images, prompts)
-        pil = as_pil(images)
-        out = np.empty(count, dtype=np.float64)
-        for part in chunks(count, self.batch_size):
-            pixels = self.processor.image_processor(images=pil[part], return_tensors="pt")["pixel_values"]
-            f = hfclip.image_features(self.model, pixels.to(self.device))
-            out[part] = self.head(f / f.norm(dim=-1, keepdim=True)).squeeze(1).double().cpu().numpy()
-        return out
+    def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
+        pixels = self.processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
+        f = hfclip.image_features(self.model, pixels.to(self.device))
+        return self.head(f / f.norm(dim=-1, keepdim=True)).squeeze(1).double().cpu().numpy()
 
 
 def load_head(path: Path, input_size: int) -> AestheticMLP:

@@ -50,6 +50,29 @@ class Scorer(ABC):
         self.close()
 
 
+
+class BatchedScorer(Scorer):
+    """A scorer whose model scores ``batch_size`` images at a time: the chunking lives here once.
+
+    Subclasses implement ``score_chunk`` on RGB PIL images (or, with ``float_input``, on
+    float tensors [3, H, W] in [0, 1]) and set ``self.batch_size``.
+    """
+
+    batch_size: int = 16
+    float_input: bool = False
+
+    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
+        count = check_batch(self.name, images, prompts)
+        inputs = as_float(images) if self.float_input else as_pil(images)
+        out = np.empty(count, dtype=np.float64)
+        for part in chunks(count, self.batch_size):
+            out[part] = self.score_chunk(inputs[part], list(prompts[part]))
+        return out
+
+    @abstractmethod
+    def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
+        """Scores of one chunk (at most ``batch_size`` images)."""
+
 def check_batch(name: str, images: Images, prompts: Sequence[str]) -> int:
     """The batch size B, after checking that images and prompts pair up one to one."""
     if isinstance(images, torch.Tensor):

@@ -12,15 +12,13 @@ text padded to the context length (77) and truncated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from recast_cli.rewards import hfclip
-from recast_cli.rewards.base import (Images, Scorer, as_float, check_batch, check_batch_size, chunks,
-                                     torch_device)
+from recast_cli.rewards.base import (BatchedScorer, check_batch_size, torch_device)
 from recast_cli.rewards.weights import WeightSpec, resolve
 
 CLIP_WEIGHTS = WeightSpec("clip", "CLIP ViT-L/14 model folder", "weights", "RECAST_CLIP_PATH",
@@ -28,10 +26,11 @@ CLIP_WEIGHTS = WeightSpec("clip", "CLIP ViT-L/14 model folder", "weights", "RECA
 LOGIT_DIVISOR = 30.0
 
 
-class ClipScore(Scorer):
+class ClipScore(BatchedScorer):
     """exp(logit_scale)·cos(image, text) / 30 with CLIP ViT-L/14 (transformers)."""
 
     name = "clip"
+    float_input = True  # Flow-GRPO's tensor pipeline works on float pixels
 
     def __init__(self, weights: str | Path | None = None, device: str = "cpu", batch_size: int = 16) -> None:
         self.device = torch_device(self.name, device)
@@ -44,16 +43,11 @@ class ClipScore(Scorer):
         self.output_range = (-bound, bound)
 
     @torch.inference_mode()
-    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
-        count = check_batch(self.name, images, prompts)
-        pixels = as_float(images)
-        out = np.empty(count, dtype=np.float64)
-        for part in chunks(count, self.batch_size):
-            batch = torch.stack([self.transform(p) for p in pixels[part]]).to(self.device)
-            tokens = hfclip.tokenize(self.processor, self.model, prompts[part], "max_length", self.device)
-            cos = hfclip.cosine(hfclip.image_features(self.model, batch), hfclip.text_features(self.model, **tokens))
-            out[part] = (self.model.logit_scale.exp() * cos / LOGIT_DIVISOR).double().cpu().numpy()
-        return out
+    def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
+        batch = torch.stack([self.transform(p) for p in images]).to(self.device)
+        tokens = hfclip.tokenize(self.processor, self.model, prompts, "max_length", self.device)
+        cos = hfclip.cosine(hfclip.image_features(self.model, batch), hfclip.text_features(self.model, **tokens))
+        return (self.model.logit_scale.exp() * cos / LOGIT_DIVISOR).double().cpu().numpy()
 
 
 def pixel_transform(image_processor):

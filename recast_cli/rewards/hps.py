@@ -16,14 +16,13 @@ open_clip tokenizer of the architecture (context 77).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from recast_cli.errors import BadInput
-from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks, torch_device
+from recast_cli.rewards.base import BatchedScorer, check_batch_size, torch_device
 from recast_cli.rewards.weights import WeightSpec, resolve
 
 HPS_WEIGHTS = WeightSpec("hps", "HPSv2.1 checkpoint HPS_v2.1_compressed.pt", "weights", "RECAST_HPS_PATH",
@@ -31,7 +30,7 @@ HPS_WEIGHTS = WeightSpec("hps", "HPSv2.1 checkpoint HPS_v2.1_compressed.pt", "we
 HPS_ARCH = "ViT-H-14"
 
 
-class HpsScore(Scorer):
+class HpsScore(BatchedScorer):
     """cos(image, text) of the HPSv2.1 open_clip model."""
 
     name = "hps"
@@ -55,17 +54,12 @@ class HpsScore(Scorer):
                                                     resize_mode="longest")
 
     @torch.inference_mode()
-    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
-        count = check_batch(self.name, images, prompts)
-        pil = as_pil(images)
-        out = np.empty(count, dtype=np.float64)
-        for part in chunks(count, self.batch_size):
-            pixels = torch.stack([self.preprocess(im) for im in pil[part]]).to(self.device)
-            text = self.tokenizer(list(prompts[part])).to(self.device)
-            img = self.model.encode_image(pixels, normalize=True)
-            txt = self.model.encode_text(text, normalize=True)
-            out[part] = (img * txt).sum(dim=-1).double().cpu().numpy()
-        return out
+    def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
+        pixels = torch.stack([self.preprocess(im) for im in images]).to(self.device)
+        text = self.tokenizer(prompts).to(self.device)
+        img = self.model.encode_image(pixels, normalize=True)
+        txt = self.model.encode_text(text, normalize=True)
+        return (img * txt).sum(dim=-1).double().cpu().numpy()
 
 
 def _register_arch(open_clip, arch: str) -> str:

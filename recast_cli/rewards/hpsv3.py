@@ -14,14 +14,13 @@ deepspeed, trl, ...), so it runs in a separate environment: install hpsv3 there,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from recast_cli.errors import BadInput
-from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks, torch_device
+from recast_cli.rewards.base import BatchedScorer, check_batch_size, torch_device
 from recast_cli.rewards.weights import WeightSpec, resolve
 
 HPSV3_WEIGHTS = WeightSpec("hpsv3", "HPSv3 checkpoint HPSv3.safetensors", "weights", "RECAST_HPSV3_PATH",
@@ -30,7 +29,7 @@ SEPARATE_PROCESS = ("install hpsv3==1.0.0 (it pins transformers==4.45.2) in a se
                     "`recast serve-reward hpsv3` there and score with hpsv3@http://127.0.0.1:PORT")
 
 
-class Hpsv3Score(Scorer):
+class Hpsv3Score(BatchedScorer):
     """μ of HPSv3's predicted preference for (image, prompt)."""
 
     name = "hpsv3"
@@ -53,11 +52,5 @@ class Hpsv3Score(Scorer):
             raise BadInput(f"hpsv3: cannot load the model ({first}); its base model must be in the local HF cache") from None
 
     @torch.inference_mode()
-    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
-        count = check_batch(self.name, images, prompts)
-        pil = as_pil(images)
-        out = np.empty(count, dtype=np.float64)
-        for part in chunks(count, self.batch_size):
-            logits = self.inferencer.reward(pil[part], list(prompts[part]))
-            out[part] = logits[:, 0].double().cpu().numpy()
-        return out
+    def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
+        return self.inferencer.reward(images, prompts)[:, 0].double().cpu().numpy()

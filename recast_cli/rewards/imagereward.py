@@ -17,14 +17,13 @@ imagereward`` there and score with ``imagereward@http://127.0.0.1:PORT``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from recast_cli.errors import BadInput
-from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks, torch_device
+from recast_cli.rewards.base import BatchedScorer, check_batch_size, torch_device
 from recast_cli.rewards.weights import WeightSpec, resolve
 
 IR_WEIGHTS = WeightSpec("imagereward", "ImageReward checkpoint ImageReward.pt", "weights", "RECAST_IMAGEREWARD_PATH",
@@ -36,7 +35,7 @@ SEPARATE_PROCESS = ("install image-reward==1.5 with its pins in a separate envir
                     "imagereward` there and score with imagereward@http://127.0.0.1:PORT")
 
 
-class ImageRewardScore(Scorer):
+class ImageRewardScore(BatchedScorer):
     """ImageReward-v1.0's standardised reward for (image, prompt)."""
 
     name = "imagereward"
@@ -60,14 +59,9 @@ class ImageRewardScore(Scorer):
         self.model.requires_grad_(False)
 
     @torch.inference_mode()
-    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
-        count = check_batch(self.name, images, prompts)
-        pil = as_pil(images)
-        out = np.empty(count, dtype=np.float64)
-        for part in chunks(count, self.batch_size):
-            text = self.model.blip.tokenizer(list(prompts[part]), padding="max_length", truncation=True,
-                                             max_length=PROMPT_TOKENS, return_tensors="pt").to(self.device)
-            pixels = torch.stack([self.model.preprocess(im) for im in pil[part]]).to(self.device)
-            rewards = self.model.score_gard(text.input_ids, text.attention_mask, pixels)
-            out[part] = rewards.squeeze(-1).double().cpu().numpy()
-        return out
+    def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
+        text = self.model.blip.tokenizer(prompts, padding="max_length", truncation=True,
+                                         max_length=PROMPT_TOKENS, return_tensors="pt").to(self.device)
+        pixels = torch.stack([self.model.preprocess(im) for im in images]).to(self.device)
+        rewards = self.model.score_gard(text.input_ids, text.attention_mask, pixels)
+        return rewards.squeeze(-1).double().cpu().numpy()

@@ -11,14 +11,13 @@ on uint8 RGB images; text padded to the longest prompt of the batch, truncated t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from recast_cli.rewards import hfclip
-from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks, torch_device
+from recast_cli.rewards.base import BatchedScorer, check_batch_size, torch_device
 from recast_cli.rewards.weights import WeightSpec, resolve
 
 PICK_WEIGHTS = WeightSpec("pick", "PickScore_v1 model folder", "weights", "RECAST_PICK_PATH",
@@ -28,7 +27,7 @@ PICK_PROCESSOR = WeightSpec("pick", "CLIP-ViT-H-14 processor folder", "processor
 PICK_DIVISOR = 26.0
 
 
-class PickScore(Scorer):
+class PickScore(BatchedScorer):
     """exp(logit_scale)·cos(image, text) / 26 with PickScore_v1."""
 
     name = "pick"
@@ -43,14 +42,9 @@ class PickScore(Scorer):
         self.output_range = (-bound, bound)
 
     @torch.inference_mode()
-    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
-        count = check_batch(self.name, images, prompts)
-        pil = as_pil(images)
-        out = np.empty(count, dtype=np.float64)
-        for part in chunks(count, self.batch_size):
-            pixels = self.processor.image_processor(images=pil[part], return_tensors="pt")["pixel_values"]
-            tokens = hfclip.tokenize(self.processor, self.model, prompts[part], "longest", self.device)
-            img = hfclip.image_features(self.model, pixels.to(self.device))
-            cos = hfclip.cosine(img, hfclip.text_features(self.model, **tokens))
-            out[part] = (self.model.logit_scale.exp() * cos / PICK_DIVISOR).double().cpu().numpy()
-        return out
+    def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
+        pixels = self.processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
+        tokens = hfclip.tokenize(self.processor, self.model, prompts, "longest", self.device)
+        img = hfclip.image_features(self.model, pixels.to(self.device))
+        cos = hfclip.cosine(img, hfclip.text_features(self.model, **tokens))
+        return (self.model.logit_scale.exp() * cos / PICK_DIVISOR).double().cpu().numpy()

@@ -238,14 +238,23 @@ def plot_command(
     out_path: Path = typer.Option(..., "--out", help="Output PNG."),
     gains: Optional[Path] = typer.Option(None, "--gains", help="Gain table (recast.gains/1)."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="Weight matrix (recast.weights/1)."),
+    d_curves: bool = typer.Option(False, "--d-curves", help="Plot the D curves with bootstrap bands instead."),
 ) -> None:
     """Write the paper's Fig. 1: per-step gains, mean-normalised gains and W (t/T from clean to noisy)."""
     from recast_cli.artifacts import check_writable, read_gains, read_weights
 
     if gains is None and weights is None:
         raise BadInput("recast plot needs --gains, --weights or both")
+    if d_curves and gains is None:
+        raise BadInput("--d-curves needs --gains")
     check_writable(out_path)
     table = read_gains(gains) if gains is not None else None
+    if d_curves:
+        from recast_cli.figures import figure_d_curves, save_figure
+
+        save_figure(figure_d_curves(table, title=str(gains)), out_path)
+        out.print(f"wrote {out_path}")
+        return
     matrix = read_weights(weights) if weights is not None else None
     _write_plot(out_path, title=" + ".join(str(p) for p in (gains, weights) if p is not None),
                 gains=table, weights=matrix)

@@ -88,3 +88,23 @@ def figure_from_artifacts(gains: GainTable | None = None, weights: WeightMatrix 
         W = solve_weights(gain, np.ones(len(rewards))).W
         w_label = "W (recast, uniform λ, τ = 1)"
     return figure_gains_weights(rewards, gain, mean_normalised_gain(gain, low), W, title, w_label)
+
+
+def figure_d_curves(gains: GainTable, title: str = "cumulative discriminability") -> plt.Figure:
+    """D_{i,t} (E4) per reward against t/T, with the bootstrap band [D_lo, D_hi] where the table has one."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    x = np.arange(gains.T + 1) / gains.T
+    for i, name in enumerate(gains.rewards):
+        (line,) = ax.plot(x, gains.D[i], marker="o", ms=3, lw=1.4, label=name)
+        if gains.D_lo is not None and gains.D_hi is not None:
+            ax.fill_between(x, gains.D_lo[i], gains.D_hi[i], color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("t / T   (clean → noisy)")
+    ax.set_ylabel("D$_{i,t}$ (shifted, D$_T$ = 0)")
+    ax.axhline(0.0, color="0.6", lw=0.8)
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False, fontsize=9)
+    band = " with 95% bootstrap bands" if gains.D_lo is not None else ""
+    ax.set_title(f"{title}{band} (α = {gains.meta.get('alpha')})")
+    fig.tight_layout()
+    return fig

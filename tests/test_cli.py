@@ -215,3 +215,11 @@ def test_subprocess_bad_input_and_success(gains_path, tmp_path):
     assert good.returncode == 0, good.stderr
     assert read_weights(out).W.shape == (4, 25)
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["W.safetensors", "gains.parquet"]
+
+
+def test_plot_d_curves_with_bootstrap_bands(gains_path, tmp_path):
+    png = tmp_path / "d.png"
+    result = recast("plot", "--gains", gains_path, "--d-curves", "--out", png)
+    assert result.exit_code == 0, result.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert_one_line_exit_2(recast("plot", "--weights", gains_path, "--d-curves", "--out", png), "--d-curves needs")

@@ -59,3 +59,46 @@ def test_text_accuracy_is_one_for_a_substring_and_never_below_zero():
 def test_an_unknown_backend_is_bad_input():
     with pytest.raises(BadInput, match="backend must be one of"):
         build_scorer("ocr", backend="tesseract")
+
+
+def test_paddleocr_backend_adapter_feeds_bgr_and_joins_recognised_lines(monkeypatch):
+    """PaddleOCR's engine downloads its models at run time, so it cannot run here; this checks the
+    adapter around it (construction options, BGR input, how recognised lines become the text)."""
+    import sys
+    import types
+
+    from PIL import Image
+
+    from recast_cli.rewards.ocr import OcrScore
+
+    seen: dict = {}
+
+    class Engine:
+        def __init__(self, **options):
+            seen["options"] = options
+
+        def predict(self, pixels):
+            seen["pixels"] = pixels
+            return [{"rec_texts": ["HELLO", " World"]}]
+
+    module = types.ModuleType("paddleocr")
+    module.PaddleOCR = Engine
+    monkeypatch.setitem(sys.modules, "paddleocr", module)
+    scorer = OcrScore(backend="paddleocr")
+    score = scorer.score([Image.new("RGB", (8, 8), (255, 0, 0))], ['a sign that says "hello world"'])
+    assert score.tolist() == [1.0] and scorer.extras() == {"ocr_text": ["HELLO World"]}
+    assert seen["pixels"][0, 0].tolist() == [0, 0, 255]  # PaddleX reads arrays as BGR
+    assert seen["options"]["lang"] == "en" and seen["options"]["device"] == "cpu"
+
+
+def test_paddleocr_backend_without_the_package_is_bad_input(monkeypatch):
+    import sys
+
+    import pytest
+
+    from recast_cli.errors import BadInput
+    from recast_cli.rewards.ocr import OcrScore
+
+    monkeypatch.setitem(sys.modules, "paddleocr", None)
+    with pytest.raises(BadInput, match="needs paddleocr>=3"):
+        OcrScore(backend="paddleocr")

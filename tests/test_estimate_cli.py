@@ -125,3 +125,25 @@ def test_from_scores_of_another_schema_and_foreign_merges(single, tmp_path):
     result = runner.invoke(app, ["merge", str(single.with_name("g.scores.parquet")),
                                  str(single.with_name("g.scores.parquet")), "--out", str(tmp_path / "m.parquet")])
     assert result.exit_code == 2 and "in another shard too" in result.stderr
+
+
+def test_accelerate_launch_with_two_cpu_processes_equals_a_single_run(single, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    accelerate = Path(sys.executable).with_name("accelerate")
+    if not accelerate.exists():
+        accelerate = Path(shutil.which("accelerate") or "accelerate")
+    out = tmp_path / "g.parquet"
+    cmd = [str(accelerate), "launch", "--num_processes", "2", "--cpu", "--num_machines", "1", "--mixed_precision",
+           "no", "--dynamo_backend", "no", "-m", "recast_cli", *BASE, "--out", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("wrote") == 2  # only the main process writes
+    np.testing.assert_array_equal(read_scores(out.with_name("g.scores.parquet")).scores,
+                                  read_scores(single.with_name("g.scores.parquet")).scores)
+    a, b = read_gains(single), read_gains(out)
+    for name in ("D", "gain", "D_lo", "D_hi"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))

@@ -286,42 +286,81 @@ def _weights_hash(folder: Path | None) -> str | None:
 # ------------------------------------------------------------------ the run
 
 
-def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1), quiet: bool = False) -> ScoreTable:
-    """Steps 1-2: rollouts and scores for this shard's prompts, resumable through OUT.parts/."""
+@dataclass(frozen=True)
+class Processes:
+    """This process's place among the processes of an ``accelerate launch`` (or a lone process)."""
+
+    rank: int = 0
+    size: int = 1
+    state: Any = None
+
+    def wait(self) -> None:
+        if self.state is not None:
+            self.state.wait_for_everyone()
+
+
+def processes() -> Processes:
+    """Under ``accelerate launch`` (WORLD_SIZE > 1) every process takes its share of the prompts."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Processes()
+    from accelerate import PartialState
+
+    state = PartialState()
+    return Processes(state.process_index, state.num_processes, state)
+
+
+def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1),
+                 quiet: bool = False) -> ScoreTable | None:
+    """Steps 1-2: rollouts and scores for this shard's prompts, resumable through OUT.parts/.
+
+    Under ``accelerate launch`` the processes split the prompts, and the main process gathers
+    every prompt once all are done (the others return None). Each finished prompt is a file in
+    OUT.parts/, so gathering is reading them: the table equals a single process's.
+    """
+    procs = processes()
+    if procs.size > 1 and shard != (0, 1):
+        raise BadInput("--shard and accelerate launch would split the prompts twice; use one of them")
     world = build_world(cfg)
     T = world.policy.T
-    mine = [j for j in range(len(world.prompts)) if j % shard[1] == shard[0]]
+    wanted = [j for j in range(len(world.prompts)) if j % shard[1] == shard[0]]
+    mine = [j for j in wanted if j % procs.size == procs.rank]
     parts = out.with_name(out.name + ".parts")
     run_id = cfg.run_id()
     marker = parts / "run.json"
-    if marker.is_file() and json.loads(marker.read_text()).get("run_id") != run_id:
-        raise BadInput(f"{parts} holds partial results of another run; remove it or rerun with the same flags")
-    parts.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True))
+    if procs.rank == 0:
+        if marker.is_file() and json.loads(marker.read_text()).get("run_id") != run_id:
+            raise BadInput(f"{parts} holds partial results of another run; remove it or rerun with the same flags")
+        parts.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True))
+    procs.wait()
     plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
                        batch_size=cfg.batch_size)
     per_prompt = cfg.N * T * cfg.K * world.positive_sets
-    results: dict[int, np.ndarray] = {}
+
+    def part_of(j: int) -> Path:
+        return parts / f"prompt-{world.prompt_ids[j]:06d}.safetensors"
+
     columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
-    with Progress(*columns, disable=quiet) as progress:
+    with Progress(*columns, disable=quiet or procs.rank > 0) as progress:
         task = progress.add_task("rollouts", total=per_prompt * len(mine), rate=0.0)
         for j in mine:
-            part = parts / f"prompt-{world.prompt_ids[j]:06d}.safetensors"
-            if part.is_file():
-                results[j] = load_file(part)["scores"]
+            if part_of(j).is_file():
                 progress.update(task, advance=per_prompt)
                 continue
             scores = prompt_scores(world.policy, world.prompts[j], world.prompt_ids[j], world.scorers, plan,
                                    cfg.sampling, positives=world.positives(j) if world.positives else None,
                                    N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
-            tmp = part.with_suffix(".tmp")
+            tmp = part_of(j).with_suffix(".tmp")
             save_file({"scores": np.ascontiguousarray(scores)}, tmp)
-            os.replace(tmp, part)
-            results[j] = scores
+            os.replace(tmp, part_of(j))
             elapsed = progress.tasks[0].elapsed or 1e-9
             progress.update(task, rate=progress.tasks[0].completed / elapsed)
-    dense = np.stack([results[j] for j in mine]) if mine else np.zeros((0, cfg.N, T + 1, cfg.K, len(cfg.rewards)))
+    procs.wait()
+    if procs.rank > 0:
+        return None
+    dense = (np.stack([load_file(part_of(j))["scores"] for j in wanted]) if wanted
+             else np.zeros((0, cfg.N, T + 1, cfg.K, len(cfg.rewards))))
     sigmas = world.policy.sigmas.numpy().tolist()
     meta = {
         "run_id": run_id, "rewards": list(cfg.rewards), "T": T, "N": cfg.N, "K": cfg.K, "P": len(world.prompts),
@@ -330,7 +369,8 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
         "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
         "grid": _grid_of(world), "gmm1d": world.is_gmm1d,
     }
-    table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in mine), prompts=tuple(world.prompts[j] for j in mine),
+    table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in wanted),
+                       prompts=tuple(world.prompts[j] for j in wanted),
                        rewards=tuple(cfg.rewards), scores=dense, meta=meta)
     write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
     shutil.rmtree(parts, ignore_errors=True)
@@ -406,6 +446,8 @@ def estimate(cfg: EstimateConfig, opts: GainOptions, out: str | Path, shard: str
     for path in (scores_path(out), *outs):
         check_writable(path)
     table = run_rollouts(cfg, out, shard_ix, quiet=quiet)
+    if table is None:
+        return []  # another process of an accelerate launch gathers and writes
     if shard_ix[1] > 1:
         return [scores_path(out)]  # a shard's gains come from `recast merge`
     gains_from_scores(table, opts, outs, scores_path(out))

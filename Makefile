@@ -46,11 +46,17 @@ test: $(STAMP) $(SIDE_HPS)
 	$(BIN)/python -m pytest -q
 	PYTHONPATH=$(SIDE)/hps:$(SIDE)/ir $(BIN)/python -m pytest -q -p no:cacheprovider tests/rewards/test_isolated_scorers.py
 
-# Until the toy world lands: solve W on the shipped exact gmm1d gain table, inspect it, draw Fig. 1.
+# Stage 1 of the toy world end to end (renderer positives → gain curves on the shipped toy model
+# → W → Fig. 1), then W on the exact gain table of the analytic gmm1d world.
 demo: $(STAMP)
-	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --out $(DEMO)/W-recast.safetensors
-	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --steps 10 --out $(DEMO)/W-recast-T10.safetensors
+	$(BIN)/recast sample-positive --setting toy --source renderer --n 4 --out $(DEMO)/positives
+	$(BIN)/recast estimate --policy toy --rewards toy_color,toy_shape,toy_sharpness --positives $(DEMO)/positives \
+	    --steps 10 --n 4 --k 2 --p 8 --out $(DEMO)/gains.parquet
+	$(BIN)/recast solve-w --gains $(DEMO)/gains.parquet --lambda 1,1,1 --out $(DEMO)/W-recast.safetensors
 	$(BIN)/recast inspect $(DEMO)/W-recast.safetensors --plot $(DEMO)/fig1.png
+	$(BIN)/recast plot --gains $(DEMO)/gains.parquet --d-curves --out $(DEMO)/D.png
+	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --out $(DEMO)/gmm1d-W.safetensors
+	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --steps 10 --out $(DEMO)/gmm1d-W-T10.safetensors
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sinkhorn.py

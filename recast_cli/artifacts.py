@@ -35,6 +35,10 @@ from safetensors.numpy import save as st_save
 from recast_cli import __version__
 from recast_cli.errors import BadInput
 
+# The process umask, read once (os.umask can only be read by setting it).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 GAINS_SCHEMA = "recast.gains/1"
 WEIGHTS_SCHEMA = "recast.weights/1"
 
@@ -163,6 +167,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts get the usual permissions
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

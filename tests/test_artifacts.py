@@ -204,3 +204,14 @@ def test_reading_a_truncated_or_foreign_safetensors_file(tmp_path):
     save_file({"W": np.zeros((2, 3))}, str(foreign), metadata={"schema": "other/1"})
     with pytest.raises(BadInput, match="schema tag is 'other/1'"):
         read_weights(foreign)
+
+
+def test_atomic_output_gives_the_usual_file_permissions(tmp_path):
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    path = tmp_path / "out.bin"
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(b"x")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask

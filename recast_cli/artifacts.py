@@ -243,6 +243,33 @@ def _require_keys(meta: Mapping[str, Any], keys: Sequence[str], where: str) -> N
         raise BadInput(f"{where}: metadata is missing {', '.join(map(repr, missing))}")
 
 
+def _write_parquet(path: str | os.PathLike[str], table: pa.Table) -> None:
+    """Serialise in memory, then write atomically."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def _open_parquet(path: str | os.PathLike[str], schema: str) -> tuple[pa.Table, dict[str, Any], str]:
+    """Read a Parquet artifact and check its schema tag: (table, decoded metadata, where)."""
+    p = Path(path)
+    where = str(p)
+    arrow = _read_parquet(p)
+    meta = _decode_metadata(arrow.schema.metadata, where)
+    _require_schema(meta, schema, where)
+    return arrow, meta, where
+
+
+def _require_columns(arrow: pa.Table, columns: Mapping[str, pa.DataType], where: str,
+                     not_null: Sequence[str] = ()) -> None:
+    missing = [c for c in columns if c not in arrow.column_names]
+    if missing:
+        raise BadInput(f"{where}: missing column(s) {', '.join(map(repr, missing))}")
+    for name in not_null:
+        if arrow.column(name).null_count:
+            raise BadInput(f"{where}: column {name!r} has nulls")
+
+
 # --------------------------------------------------------------------------- gain table
 
 GAIN_COLUMNS: dict[str, pa.DataType] = {
@@ -385,32 +412,21 @@ def write_gains(path: str | os.PathLike[str], table: GainTable, *, config: Mappi
     """Validate ``table`` and write it atomically as a ``recast.gains/1`` Parquet file."""
     validate_gain_table(table)
     provenance = Provenance.new(GAINS_SCHEMA, config, sources)
-    arrow = table.to_arrow(provenance)
-    sink = pa.BufferOutputStream()
-    pq.write_table(arrow, sink)
-    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    _write_parquet(path, table.to_arrow(provenance))
     return provenance
 
 
 def read_gains(path: str | os.PathLike[str]) -> GainTable:
     """Read and validate a ``recast.gains/1`` Parquet file (BadInput names what is wrong)."""
-    p = Path(path)
-    where = str(p)
-    arrow = _read_parquet(p)
-    meta = _decode_metadata(arrow.schema.metadata, where)
-    _require_schema(meta, GAINS_SCHEMA, where)
-    missing = [c for c in GAIN_COLUMNS if c not in arrow.column_names]
-    if missing:
-        raise BadInput(f"{where}: missing column(s) {', '.join(map(repr, missing))}")
+    arrow, meta, where = _open_parquet(path, GAINS_SCHEMA)
+    _require_columns(arrow, GAIN_COLUMNS, where)
     kinds = {"reward": pa.types.is_string, "t": pa.types.is_integer}
     for name in GAIN_COLUMNS:
         check = kinds.get(name, pa.types.is_floating)
         dtype = arrow.schema.field(name).type
         if not (check(dtype) or pa.types.is_null(dtype) or (name == "reward" and pa.types.is_large_string(dtype))):
             raise BadInput(f"{where}: column {name!r} has type {dtype}, expected {GAIN_COLUMNS[name]}")
-    for name in ("reward", "t", "sigma", "D"):
-        if arrow.column(name).null_count:
-            raise BadInput(f"{where}: column {name!r} has nulls")
+    _require_columns(arrow, GAIN_COLUMNS, where, not_null=("reward", "t", "sigma", "D"))
 
     reward_col = arrow.column("reward").to_pylist()
     t_col = arrow.column("t").to_numpy().astype(np.int64)
@@ -707,26 +723,15 @@ def write_scores(path: str | os.PathLike[str], table: ScoreTable, *, config: Map
     if not np.isfinite(body).all() or not np.isfinite(table.scores[:, :, 0, 0]).all():
         raise BadInput("scores table: every rollout score must be finite")
     provenance = Provenance.new(SCORES_SCHEMA, config, sources)
-    sink = pa.BufferOutputStream()
-    pq.write_table(table.to_arrow(provenance), sink)
-    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    _write_parquet(path, table.to_arrow(provenance))
     return provenance
 
 
 def read_scores(path: str | os.PathLike[str]) -> ScoreTable:
     """Read and validate a ``recast.scores/1`` file back into its dense [P, N, T+1, K, m] array."""
-    p = Path(path)
-    where = str(p)
-    arrow = _read_parquet(p)
-    meta = _decode_metadata(arrow.schema.metadata, where)
-    _require_schema(meta, SCORES_SCHEMA, where)
+    arrow, meta, where = _open_parquet(path, SCORES_SCHEMA)
     _require_keys(meta, (*SCORE_RUN_KEYS, *_PROVENANCE_KEYS[1:]), where)
-    missing = [c for c in SCORE_COLUMNS if c not in arrow.column_names]
-    if missing:
-        raise BadInput(f"{where}: missing column(s) {', '.join(map(repr, missing))}")
-    for name in SCORE_COLUMNS:
-        if arrow.column(name).null_count:
-            raise BadInput(f"{where}: column {name!r} has nulls")
+    _require_columns(arrow, SCORE_COLUMNS, where, not_null=tuple(SCORE_COLUMNS))
     rewards = tuple(meta["rewards"])
     T, N, K = int(meta["T"]), int(meta["N"]), int(meta["K"])
     pid = arrow.column("prompt_id").to_numpy().astype(np.int64)
@@ -856,9 +861,7 @@ def write_positives_manifest(root: str | os.PathLike[str], samples: Sequence[Pos
     table = pa.table(columns, schema=pa.schema(fields))
     metadata = {**dict(meta or {}), **provenance.to_metadata()}
     table = table.replace_schema_metadata({k: _json_dumps(v) for k, v in metadata.items()})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    atomic_write_bytes(root / MANIFEST_NAME, sink.getvalue().to_pybytes())
+    _write_parquet(root / MANIFEST_NAME, table)
     return provenance
 
 
@@ -868,17 +871,9 @@ def read_positives(root: str | os.PathLike[str], verify: bool = True) -> Positiv
     manifest = root / MANIFEST_NAME
     if not manifest.is_file():
         raise BadInput(f"{root}: not a positives folder (no {MANIFEST_NAME})")
-    arrow = _read_parquet(manifest)
-    where = str(manifest)
-    meta = _decode_metadata(arrow.schema.metadata, where)
-    _require_schema(meta, POSITIVES_SCHEMA, where)
+    arrow, meta, where = _open_parquet(manifest, POSITIVES_SCHEMA)
     _require_keys(meta, _PROVENANCE_KEYS[1:], where)
-    missing = [c for c in POSITIVE_COLUMNS if c not in arrow.column_names]
-    if missing:
-        raise BadInput(f"{where}: missing column(s) {', '.join(map(repr, missing))}")
-    for name in POSITIVE_COLUMNS:
-        if arrow.column(name).null_count:
-            raise BadInput(f"{where}: column {name!r} has nulls")
+    _require_columns(arrow, POSITIVE_COLUMNS, where, not_null=tuple(POSITIVE_COLUMNS))
     reward_name = POSITIVE_REWARD_COLUMN[0]
     rows = arrow.select(list(POSITIVE_COLUMNS)).to_pylist()
     if reward_name in arrow.column_names:

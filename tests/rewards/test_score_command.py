@@ -11,26 +11,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from recast_cli.cli import app
 from recast_cli.rewards import build_scorer
 from recast_cli.rewards.scoring import SCHEMA, read_score_table
 from tests.rewards.conftest import noise_images, text_image
-
-runner = CliRunner()
-
-
-def recast(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_one_line_exit_2(result, needle: str) -> None:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert needle in lines[0]
-    assert "Traceback" not in result.stderr + result.stdout
+from tests.test_cli import assert_one_line_exit_2, recast
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ def test_the_flow_grpo_pickle_protocol_is_opt_in_and_warns():
     seen = []
 
     def route(method, path, headers, body):
-        request = pickle.loads(body)  # the fake server trusts its own test client
+        request = pickle.loads(body)  # trusted-pickle: the fake server reads its own test client's request
         seen.append(request)
         n = len(request["images"])
         return 200, pickle.dumps({"scores": [0.75] * n, "rewards": [1.0] * n, "strict_rewards": [1.0] * n,

@@ -225,6 +225,8 @@ def inspect_command(
         check_writable(plot)
     artifact = load_artifact(path)
     summary = summarise(artifact)
+    if plot is not None and summary["kind"] not in ("gains", "weights"):
+        raise BadInput(f"--plot draws Fig. 1 from a gain table or a weight matrix; {path} is a {summary['kind']} artifact")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     else:

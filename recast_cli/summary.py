@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
-from recast_cli.artifacts import GainTable, Provenance, WeightMatrix, artifact_kind, read_gains, read_weights
+from recast_cli.artifacts import (
+    MANIFEST_NAME,
+    SCORES_SCHEMA,
+    GainTable,
+    Positives,
+    Provenance,
+    ScoreTable,
+    WeightMatrix,
+    artifact_kind,
+    read_gains,
+    read_positives,
+    read_scores,
+    read_weights,
+)
 from recast_cli.sinkhorn import spill_share
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -28,9 +45,18 @@ def sparkline(values: np.ndarray, width: int = 30) -> str:
     return "".join(SPARK[int(round(v / top * (len(SPARK) - 1)))] for v in np.clip(values, 0, None))
 
 
-def load_artifact(path: str | os.PathLike[str]) -> GainTable | WeightMatrix:
-    kind = artifact_kind(path)
-    return read_gains(path) if kind == "parquet" else read_weights(path)
+def load_artifact(path: str | os.PathLike[str]) -> GainTable | WeightMatrix | ScoreTable | Positives:
+    """Any artifact by its schema tag: a positives folder (or its manifest), a gain or scores table, W."""
+    p = Path(path)
+    if p.is_dir() or p.name == MANIFEST_NAME:
+        return read_positives(p if p.is_dir() else p.parent)
+    if artifact_kind(p) == "safetensors":
+        return read_weights(p)
+    try:
+        tag = json.loads((pq.read_schema(p).metadata or {}).get(b"schema", b"null"))
+    except (pa.ArrowException, OSError, json.JSONDecodeError):
+        tag = None  # read_gains below names the problem
+    return read_scores(p) if tag == SCORES_SCHEMA else read_gains(p)
 
 
 def _provenance_json(p: Provenance | None) -> dict[str, Any]:
@@ -39,6 +65,22 @@ def _provenance_json(p: Provenance | None) -> dict[str, Any]:
 
 def summarise(artifact: GainTable | WeightMatrix) -> dict[str, Any]:
     """A JSON-serialisable description: schema, provenance, run facts and per-reward rows."""
+    if isinstance(artifact, ScoreTable):
+        scores = artifact.scores
+        rows = [{"reward": name, "mean_t0": float(np.nanmean(scores[:, :, 0, 0, i])),
+                 "mean_tT": float(np.mean(scores[:, :, -1, :, i])),
+                 "mean_rollouts": float(np.mean(scores[:, :, 1:, :, i]))}
+                for i, name in enumerate(artifact.rewards)]
+        return {**_provenance_json(artifact.provenance), "kind": "scores", "T": artifact.meta["T"],
+                "sigmas": artifact.meta["sigmas"], "run": {k: v for k, v in artifact.meta.items() if k != "sigmas"},
+                "prompts_in_file": len(artifact.prompt_ids), "rewards": rows}
+    if isinstance(artifact, Positives):
+        per_prompt = [len([s for s in artifact.samples if s.prompt_id == pid])
+                      for pid in sorted({s.prompt_id for s in artifact.samples})]
+        return {**_provenance_json(artifact.provenance), "kind": "positives", "prompts": len(per_prompt),
+                "images": len(artifact.samples), "per_prompt": [min(per_prompt), max(per_prompt)],
+                "sources": sorted({s.source for s in artifact.samples}), "reward_sets": list(artifact.rewards()),
+                "run": artifact.meta}
     if isinstance(artifact, GainTable):
         t = artifact
         rows = []
@@ -99,8 +141,28 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
     facts.add_row("created", f"{summary.get('created_at', '?')} by recast {summary.get('recast_version', '?')}")
     for source in summary.get("sources", []):
         facts.add_row("source", f"{source['path']}  sha256:{source['sha256'][:12]}")
-    sig = summary["sigmas"]
-    facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}")
+    if "sigmas" in summary:
+        sig = summary["sigmas"]
+        facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}")
+    if summary["kind"] == "positives":
+        facts.add_row("images", f"{summary['images']} for {summary['prompts']} prompts "
+                                f"({summary['per_prompt'][0]}–{summary['per_prompt'][1]} per prompt)")
+        facts.add_row("sources", ", ".join(summary["sources"]))
+        facts.add_row("reward sets", ", ".join(summary["reward_sets"]) or "one set for every reward")
+        console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
+        return
+    if summary["kind"] == "scores":
+        run = summary["run"]
+        facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("run_id", "N", "K", "P", "sampling", "crn",
+                                                                   "rollout_noise", "shard") if k in run))
+        table = Table(title="mean raw score per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("reward", "samples (t = 0)", "rollouts from noise (t = T)", "all rollouts"):
+            table.add_column(col, justify="left" if col == "reward" else "right", no_wrap=True)
+        for r in summary["rewards"]:
+            table.add_row(r["reward"], f"{r['mean_t0']:.4g}", f"{r['mean_tT']:.4g}", f"{r['mean_rollouts']:.4g}")
+        console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
+        console.print(table)
+        return
     if summary["kind"] == "gains":
         run = summary["run"]
         facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("alpha", "beta", "N", "K", "P", "sampling",

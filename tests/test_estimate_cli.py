@@ -147,3 +147,20 @@ def test_accelerate_launch_with_two_cpu_processes_equals_a_single_run(single, tm
     a, b = read_gains(single), read_gains(out)
     for name in ("D", "gain", "D_lo", "D_hi"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_inspect_reads_scores_tables_and_positives_folders(single, tmp_path):
+    import json as _json
+
+    scores = single.with_name("g.scores.parquet")
+    summary = _json.loads(runner.invoke(app, ["inspect", str(scores), "--json"]).stdout)
+    assert summary["schema"] == "recast.scores/1" and summary["kind"] == "scores"
+    assert [r["reward"] for r in summary["rewards"]] == ["coarse", "mid", "fine"]
+    assert 0 <= summary["rewards"][0]["mean_rollouts"] <= 1
+    assert "mean raw score" in runner.invoke(app, ["inspect", str(scores)]).stdout
+    result = runner.invoke(app, ["inspect", str(scores), "--plot", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and "is a scores artifact" in result.stderr
+    run("sample-positive", "--setting", "toy", "--source", "renderer", "--n", "1", "--out", tmp_path / "pos")
+    summary = _json.loads(runner.invoke(app, ["inspect", str(tmp_path / "pos"), "--json"]).stdout)
+    assert summary["kind"] == "positives" and summary["prompts"] == 24 and summary["images"] == 24
+    assert summary["sources"] == ["renderer"] and summary["reward_sets"] == []

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
@@ -149,9 +149,8 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
                                 f"({summary['per_prompt'][0]}–{summary['per_prompt'][1]} per prompt)")
         facts.add_row("sources", ", ".join(summary["sources"]))
         facts.add_row("reward sets", ", ".join(summary["reward_sets"]) or "one set for every reward")
-        console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
-        return
-    if summary["kind"] == "scores":
+        table = None
+    elif summary["kind"] == "scores":
         run = summary["run"]
         facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("run_id", "N", "K", "P", "sampling", "crn",
                                                                    "rollout_noise", "shard") if k in run))
@@ -160,10 +159,7 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
             table.add_column(col, justify="left" if col == "reward" else "right", no_wrap=True)
         for r in summary["rewards"]:
             table.add_row(r["reward"], f"{r['mean_t0']:.4g}", f"{r['mean_tT']:.4g}", f"{r['mean_rollouts']:.4g}")
-        console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
-        console.print(table)
-        return
-    if summary["kind"] == "gains":
+    elif summary["kind"] == "gains":
         run = summary["run"]
         facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("alpha", "beta", "N", "K", "P", "sampling",
                                                                    "crn", "monotone") if k in run))
@@ -199,5 +195,6 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
             table.add_row(r["reward"], f"{r['lambda']:g}", f"{r['D0']:.4g}",
                           str(r["peak_t"]), spill, sparkline(np.array(r["W"])), f"{max(r['W']) * summary['T']:.3f}")
     console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
-    console.print(Group(table))
+    if table is not None:
+        console.print(table)
 

@@ -40,6 +40,18 @@ def make_table(gain: np.ndarray, rewards: tuple[str, ...] | None = None, grid: G
     return GainTable(rewards=rewards, sigmas=sigmas, D=D, gain_raw=gain.copy(), gain=gain, meta=meta, **intervals)
 
 
+def tiny_toy_setting(root: Path, seed: int, steps: int) -> Path:
+    """A setting TOML over a randomly initialised tiny SD3-architecture toy model saved under ``root``."""
+    from recast_cli.toy.model import build_pipeline, save_pipeline
+    from recast_cli.toy.pretrain import toy_words
+
+    save_pipeline(build_pipeline(toy_words(), seed=seed), root / "model")
+    path = root / "tiny.toml"
+    path.write_text(f'[policy]\nkind = "sd3"\npath = "model"\nsteps = {steps}\nguidance_scale = 2.0\n'
+                    'resolution = 32\nmax_sequence_length = 1\nprecision = "no"\nprompt_check = "toy"\n')
+    return path
+
+
 @pytest.fixture
 def example_path() -> Path:
     return EXAMPLE

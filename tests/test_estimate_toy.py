@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 from recast_cli.artifacts import PositiveSample, read_gains, read_scores, write_positives_manifest
 from recast_cli.cli import app
 from recast_cli.sample import png_bytes
-from recast_cli.toy.model import build_pipeline, save_pipeline
-from recast_cli.toy.pretrain import toy_words
+from tests.conftest import tiny_toy_setting
 from recast_cli.toy.renderer import render
 
 runner = CliRunner()
@@ -22,12 +21,7 @@ PROMPTS = ["a red circle on a white background", "a blue square on a black backg
 
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory):
-    root = tmp_path_factory.mktemp("toy")
-    save_pipeline(build_pipeline(toy_words(), seed=2), root / "model")
-    path = root / "tiny.toml"
-    path.write_text('[policy]\nkind = "sd3"\npath = "model"\nsteps = 4\nguidance_scale = 2.0\nresolution = 32\n'
-                    'max_sequence_length = 1\nprecision = "no"\nprompt_check = "toy"\n')
-    return path
+    return tiny_toy_setting(tmp_path_factory.mktemp("toy"), seed=2, steps=4)
 
 
 def positives_folder(root, rewards=(None,), n=2):

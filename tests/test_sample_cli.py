@@ -7,8 +7,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from recast_cli.cli import app
-from recast_cli.toy.model import build_pipeline, save_pipeline
-from recast_cli.toy.pretrain import toy_words
+from tests.conftest import tiny_toy_setting
 
 runner = CliRunner()
 PROMPT = "a red circle on a white background"
@@ -16,12 +15,7 @@ PROMPT = "a red circle on a white background"
 
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory):
-    root = tmp_path_factory.mktemp("setting")
-    save_pipeline(build_pipeline(toy_words(), seed=1), root / "model")
-    path = root / "tiny.toml"
-    path.write_text('[policy]\nkind = "sd3"\npath = "model"\nsteps = 3\nguidance_scale = 2.0\n'
-                    'max_sequence_length = 1\nprecision = "no"\nprompt_check = "toy"\n')
-    return path
+    return tiny_toy_setting(tmp_path_factory.mktemp("setting"), seed=1, steps=3)
 
 
 def test_sample_writes_n_pngs_per_prompt_reproducibly(setting, tmp_path):

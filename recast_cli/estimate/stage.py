@@ -205,9 +205,10 @@ def build_world(cfg: EstimateConfig) -> World:
                 if have < cfg.N:
                     which = "" if reward is None else f" for reward {reward!r}"
                     raise BadInput(f"{cfg.positives}: prompt_id {pid} has {have} positives{which}, fewer than N = {cfg.N}")
-        positives_info = {"source": str(cfg.positives), "sha256": _manifest_sha(cfg.positives),
+        manifest = Source.of(Path(cfg.positives) / "manifest.parquet")
+        positives_info = {"source": str(cfg.positives), "sha256": manifest.sha256,
                           "generator": pos.meta.get("generator")}
-        sources.append(Source.of(Path(cfg.positives) / "manifest.parquet"))
+        sources.append(manifest)
     elif spec.prompt_check == "toy":
         from recast_cli.toy.renderer import all_prompts
 
@@ -263,12 +264,6 @@ def _prompts_file(path: str | None) -> tuple[list[str], list[int]]:
     if not lines:
         raise BadInput(f"prompts file {path} is empty")
     return lines, list(range(len(lines)))
-
-
-def _manifest_sha(root: str) -> str:
-    from recast_cli.artifacts import sha256_file
-
-    return sha256_file(Path(root) / "manifest.parquet")
 
 
 def _weights_hash(folder: Path | None) -> str | None:

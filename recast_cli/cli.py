@@ -359,6 +359,9 @@ from recast_cli.rewards.commands import register as register_reward_commands  # 
 register_reward_commands(app)
 from recast_cli.positives.commands import register as register_positive_commands  # noqa: E402
 register_positive_commands(app)
+from recast_cli.train.commands import register as register_train_commands  # noqa: E402
+
+register_train_commands(app)
 
 
 def main() -> None:

@@ -101,6 +101,8 @@ class SD3Policy(FlowPolicy):
         self.sigmas = scheduler.sigmas.detach().to("cpu", torch.float64).flip(0)
         self.shift = float(scheduler.config.shift)
         self._cache: dict[str, SD3Conditioning] = {}
+        #: the module ``velocity`` calls: the transformer, or the trainer's (DDP-)wrapped copy of it
+        self.denoiser = self.pipe.transformer
         for module in (self.pipe.transformer, self.pipe.vae, self.pipe.text_encoder, self.pipe.text_encoder_2,
                        self.pipe.text_encoder_3):
             if module is not None:
@@ -177,7 +179,7 @@ class SD3Policy(FlowPolicy):
             hidden, text, pooled = x, cond.prompt_embeds, cond.pooled
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
                             enabled=self.autocast_dtype != torch.float32):
-            out = self.pipe.transformer(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text,
+            out = self.denoiser(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text,
                                         pooled_projections=pooled, return_dict=False)[0]
         out = out.float()
         if self.do_cfg:

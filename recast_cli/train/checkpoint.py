@@ -1,0 +1,185 @@
+"""Checkpoints of a ``recast.run/1`` folder: written whole or not at all, verified on resume.
+
+``RUN/checkpoints/step-NNNNNN/`` holds
+
+* ``adapter/pytorch_lora_weights.safetensors`` — the LoRA adapter in diffusers' format
+  (``transformer/diffusion_pytorch_model.safetensors`` for full fine-tuning), and
+  ``adapter_ema/`` the EMA weights when EMA is on;
+* ``state.safetensors`` — optimizer moments (by parameter name) and RNG states;
+* ``state.json`` — step, data position, learning-rate schedule, optimizer hyper-parameters,
+  the run key and the W it trained with (sha256 and provenance);
+* ``manifest.json`` — schema, step and the sha256 of every file above, written last.
+
+A checkpoint is assembled in a hidden temporary folder and renamed into place, so a failed
+or killed save leaves the previous checkpoint as the latest good one. Old checkpoints are
+removed only after a newer one is complete. No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from recast_cli.artifacts import sha256_file
+from recast_cli.errors import BadInput
+
+CHECKPOINT_SCHEMA = "recast.checkpoint/1"
+_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+
+
+def step_dir(run: Path, step: int) -> Path:
+    return run / "checkpoints" / f"step-{step:06d}"
+
+
+def list_checkpoints(run: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (a manifest present), oldest first."""
+    root = run / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / "manifest.json").is_file():
+            found.append((int(match[1]), child))
+    return sorted(found)
+
+
+def latest_checkpoint(run: Path) -> Path | None:
+    found = list_checkpoints(run)
+    return found[-1][1] if found else None
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def save_checkpoint(run: Path, step: int, write_files, tensors: dict[str, torch.Tensor], state: dict[str, Any],
+                    keep: int) -> Path:
+    """Assemble a checkpoint in a temporary folder, then rename it to ``step-NNNNNN``.
+
+    ``write_files(folder)`` writes the model files (adapter, EMA); ``tensors`` and ``state``
+    become ``state.safetensors`` and ``state.json``. Keeps the ``keep`` newest checkpoints.
+    """
+    root = run / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(run, step)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".step-{step:06d}.", suffix=".tmp"))
+    try:
+        write_files(tmp)
+        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp / "state.safetensors"))
+        (tmp / "state.json").write_text(json.dumps(state, sort_keys=True, indent=1))
+        files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / "manifest.json").write_text(json.dumps({"schema": CHECKPOINT_SCHEMA, "step": step, "files": files},
+                                                      sort_keys=True, indent=1))
+        _fsync_tree(tmp)
+        os.chmod(tmp, 0o755)
+        if final.exists():  # a checkpoint of the same step (a rerun): replace it only now
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for _, old in list_checkpoints(run)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def clean_partial(run: Path) -> None:
+    """Remove temporary folders left by a save that was killed."""
+    root = run / "checkpoints"
+    if root.is_dir():
+        for child in root.iterdir():
+            if child.name.startswith(".step-") and child.name.endswith(".tmp"):
+                shutil.rmtree(child, ignore_errors=True)
+
+
+def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Verify a checkpoint against its manifest and return (state tensors, state.json).
+
+    BadInput names the problem: not a checkpoint, another schema, a file missing or changed.
+    """
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        raise BadInput(f"{folder} is not a recast checkpoint (no manifest.json)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput(f"{manifest_path} is corrupt (not JSON)") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != CHECKPOINT_SCHEMA:
+        raise BadInput(f"{folder}: schema {manifest.get('schema') if isinstance(manifest, dict) else None!r}, "
+                       f"expected {CHECKPOINT_SCHEMA}")
+    for rel, digest in sorted(manifest.get("files", {}).items()):
+        path = folder / rel
+        if not path.is_file():
+            raise BadInput(f"checkpoint {folder} is corrupt: {rel} is missing")
+        if sha256_file(path) != digest:
+            raise BadInput(f"checkpoint {folder} is corrupt: {rel} does not match its sha256 in manifest.json")
+    for required in ("state.safetensors", "state.json"):
+        if required not in manifest.get("files", {}):
+            raise BadInput(f"checkpoint {folder} is corrupt: the manifest lists no {required}")
+    try:
+        tensors = load_file(str(folder / "state.safetensors"))
+        state = json.loads((folder / "state.json").read_text())
+    except Exception as exc:  # verified bytes that still do not parse: written by something else
+        raise BadInput(f"checkpoint {folder} is unreadable ({type(exc).__name__})") from None
+    return tensors, state
+
+
+# ------------------------------------------------------------------ optimizer and RNG state, pickle-free
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer, names: list[str]) -> tuple[dict[str, torch.Tensor], dict]:
+    """AdamW's per-parameter state keyed by parameter name, plus its hyper-parameters as JSON."""
+    sd = optimizer.state_dict()
+    tensors = {}
+    for index, per_param in sd["state"].items():
+        for key, value in per_param.items():
+            tensors[f"optim/{names[index]}/{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
+    return tensors, {"param_groups": groups, "names": names}
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict,
+                   names: list[str], where: str) -> None:
+    if meta.get("names") != names:
+        raise BadInput(f"{where}: the optimizer state belongs to other parameters than this run trains")
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    index = {n: i for i, n in enumerate(names)}
+    for key, value in tensors.items():
+        if not key.startswith("optim/"):
+            continue
+        name, field = key[len("optim/"):].rsplit("/", 1)
+        state.setdefault(index[name], {})[field] = value
+    groups = []
+    current = optimizer.state_dict()["param_groups"]
+    if len(meta["param_groups"]) != len(current):
+        raise BadInput(f"{where}: optimizer has {len(meta['param_groups'])} parameter groups, this run {len(current)}")
+    for saved, live in zip(meta["param_groups"], current):
+        groups.append({**saved, "params": live["params"]})
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def rng_tensors() -> dict[str, torch.Tensor]:
+    out = {"rng/torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"rng/cuda{i}"] = s
+    return out
+
+
+def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(tensors["rng/torch_cpu"])
+    cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng/cuda")]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)

@@ -1,0 +1,220 @@
+"""The trainer's configuration: a setting's ``[train]`` table, then command-line overrides.
+
+Every knob of ``recast train`` lives in ``TrainConfig``; a setting gives the defaults
+(``pipelines/NAME.toml``, table ``[train]``) and ``--set KEY=VALUE`` or the named flags
+override them. The resolved configuration is written to ``RUN/config.toml`` so a run folder
+says exactly what ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from recast_cli.errors import BadInput
+
+KL_FORMS = ("exact", "flowgrpo")
+ADV_STD = ("group", "global")
+LR_SCHEDULES = ("constant", "warmup")
+#: Flow-GRPO's LoRA targets for SD3: the joint attention's image and text projections.
+DEFAULT_LORA_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+                        "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that decides a training run (METHOD.md §6).
+
+    ``prompts_per_step`` groups of ``group_size`` images are sampled per iteration (the
+    global batch, split across processes by whole groups); every iteration ends with
+    ``updates_per_step`` optimizer steps over its samples.
+    """
+
+    rewards: tuple[str, ...] = ()
+    lam: tuple[float, ...] = ()
+    prompts: str = ""
+    max_steps: int = 100
+    group_size: int = 8
+    prompts_per_step: int = 8
+    noise_level: float | None = None  # None: the setting's [policy] noise_level
+    train_fraction: float | None = None  # None: every step but the last (the cleanest)
+    micro_batch: int = 64  # (sample, step) pairs per forward/backward
+    sample_batch: int = 64  # images per sampling call
+    updates_per_step: int = 1
+    learning_rate: float = 3e-4
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    clip_range: float = 1e-4  # PPO ratio clip ε (Flow-GRPO's default)
+    adv_clip: float = 5.0
+    adv_std: str = "group"
+    beta_kl: float = 0.04
+    kl_form: str = "exact"
+    lora_rank: int = 32  # 0: full fine-tuning of the transformer
+    lora_alpha: float = 64.0
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    ema_decay: float = 0.0  # 0: no EMA
+    save_every: int = 20
+    keep_checkpoints: int = 2
+    seed: int = 0
+    reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def run_key(self) -> str:
+        """What a resumed run must share with the run it resumes (everything but the step budget)."""
+        fixed = {k: v for k, v in asdict(self).items() if k not in ("max_steps", "save_every", "keep_checkpoints")}
+        return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def to_toml(self) -> str:
+        lines = ["[train]"]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "reward_options":
+                continue
+            if value is None:
+                lines.append(f"# {f.name} = (setting default)")
+                continue
+            lines.append(f"{'lambda' if f.name == 'lam' else f.name} = {_toml_value(value)}")
+        for name, opts in sorted(self.reward_options.items()):
+            lines.append(f"\n[rewards.{json.dumps(name)}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in sorted(opts.items()))
+        return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+_TYPES = {f.name: f.type for f in fields(TrainConfig)}
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    kind = _TYPES[key]
+    try:
+        if kind.startswith("tuple"):
+            if isinstance(value, str):
+                value = [v for v in value.split(",") if v.strip()]
+            if not isinstance(value, (list, tuple)):
+                raise TypeError
+            inner = float if "float" in kind else str
+            return tuple(inner(v.strip() if isinstance(v, str) else v) for v in value)
+        if value is None:
+            if "None" in kind:
+                return None
+            raise TypeError
+        if kind.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+        if kind.startswith("str"):
+            return str(value)
+    except (TypeError, ValueError):
+        pass
+    else:
+        return value
+    raise BadInput(f"{where}: {key} = {value!r} is not a valid {kind}")
+
+
+def config_from_setting(raw: dict[str, Any], setting_file: Path) -> TrainConfig:
+    """The ``[train]`` table (and ``[rewards.NAME]`` option tables) of a setting."""
+    table = raw.get("train")
+    if not isinstance(table, dict):
+        raise BadInput(f"{setting_file}: no [train] table (the trainer's defaults: rewards, lambda, prompts, ...)")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        name = "lam" if key == "lambda" else key
+        if name not in _TYPES or name == "reward_options":
+            allowed = sorted("lambda" if k == "lam" else k for k in _TYPES if k != "reward_options")
+            raise BadInput(f"{setting_file}: unknown [train] key {key!r}; allowed: {', '.join(allowed)}")
+        values[name] = _coerce(name, value, str(setting_file))
+    if "prompts" in values and values["prompts"] not in ("toy",):
+        values["prompts"] = str((setting_file.parent / values["prompts"]).resolve())
+    options = raw.get("rewards", {})
+    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+        raise BadInput(f"{setting_file}: [rewards.NAME] tables must hold the options of reward NAME")
+    resolved = {}
+    for name, opts in options.items():
+        resolved[name] = {k: (str((setting_file.parent / v).resolve()) if k.endswith("path") and isinstance(v, str)
+                              else v) for k, v in opts.items()}
+    return replace(TrainConfig(), **values, reward_options=resolved)
+
+
+def apply_overrides(cfg: TrainConfig, pairs: list[str], flags: dict[str, Any]) -> TrainConfig:
+    """``--set KEY=VALUE`` pairs (TOML values) and named flags, in that order."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise BadInput(f"--set {pair!r}: expected KEY=VALUE, e.g. --set learning_rate=1e-4")
+        key, text = (s.strip() for s in pair.split("=", 1))
+        name = "lam" if key == "lambda" else key
+        if name not in _TYPES or name == "reward_options":
+            raise BadInput(f"--set {key}: no such training option")
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        values[name] = _coerce(name, value, f"--set {key}")
+    for name, value in flags.items():
+        if value is not None:
+            values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    return replace(cfg, **values)
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """BadInput for any value the trainer cannot run with."""
+    if not cfg.rewards:
+        raise BadInput("the setting's [train] rewards list is empty")
+    if len(set(cfg.rewards)) != len(cfg.rewards):
+        raise BadInput(f"rewards must be distinct, got {list(cfg.rewards)}")
+    if len(cfg.lam) != len(cfg.rewards):
+        raise BadInput(f"lambda has {len(cfg.lam)} values for {len(cfg.rewards)} rewards ({', '.join(cfg.rewards)})")
+    if not all(math.isfinite(x) and x > 0 for x in cfg.lam):
+        raise BadInput(f"lambda must be positive numbers, got {list(cfg.lam)}")
+    if cfg.group_size < 2:
+        raise BadInput(f"group size G must be at least 2 (advantages are relative to the group), got {cfg.group_size}")
+    checks = [
+        (cfg.max_steps >= 0, "max_steps must be >= 0"),
+        (cfg.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
+        (cfg.micro_batch >= 1 and cfg.sample_batch >= 1, "micro_batch and sample_batch must be >= 1"),
+        (cfg.updates_per_step >= 1, "updates_per_step must be >= 1"),
+        (cfg.learning_rate > 0, "learning_rate must be > 0"),
+        (cfg.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}"),
+        (cfg.warmup_steps >= 0, "warmup_steps must be >= 0"),
+        (0 <= cfg.weight_decay and cfg.grad_clip > 0, "weight_decay must be >= 0 and grad_clip > 0"),
+        (cfg.clip_range > 0 and cfg.adv_clip > 0, "clip_range and adv_clip must be > 0"),
+        (cfg.adv_std in ADV_STD, f"adv_std must be one of {', '.join(ADV_STD)}"),
+        (cfg.beta_kl >= 0, "beta_kl must be >= 0"),
+        (cfg.kl_form in KL_FORMS, f"kl_form must be one of {', '.join(KL_FORMS)}"),
+        (cfg.lora_rank >= 0 and cfg.lora_alpha > 0, "lora_rank must be >= 0 (0: full fine-tuning), lora_alpha > 0"),
+        (bool(cfg.lora_targets), "lora_targets names no module"),
+        (0 <= cfg.ema_decay < 1, "ema_decay must lie in [0, 1)"),
+        (cfg.save_every >= 1 and cfg.keep_checkpoints >= 1, "save_every and keep_checkpoints must be >= 1"),
+        (cfg.noise_level is None or cfg.noise_level > 0, "noise_level must be > 0 (the trainer needs the SDE)"),
+        (cfg.train_fraction is None or 0 < cfg.train_fraction <= 1, "train_fraction must lie in (0, 1]"),
+        (cfg.seed >= 0, "seed must be >= 0"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise BadInput(message)
+
+
+def trained_steps(T: int, fraction: float | None) -> list[int]:
+    """The steps t the loss covers, noisiest first: all but t = 1 by default, or int(T·f) of them."""
+    count = max(T - 1, 1) if fraction is None else max(1, int(T * fraction))
+    return list(range(T, T - count, -1))

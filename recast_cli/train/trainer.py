@@ -1,0 +1,471 @@
+"""The ``recast train`` stage: Flow-GRPO-style online RL with W frozen (METHOD.md §6).
+
+One iteration (a "step" in the metrics and checkpoints):
+
+1. **Sample** ``prompts_per_step`` groups of G images with the SDE sampler (noise level a),
+   keeping every state x_T … x_0 and each step's log-probability (E1). Groups are whole
+   within a process; noise comes from (run seed, step, global image index), so the images
+   do not depend on how many processes share the work. Rewards are scored in a worker
+   thread while the next chunk is sampled.
+2. **Advantages**: per-reward group normalisation over the gathered rewards, then E13
+   ``A_t = T·Σ_i W_{i,t}·A_i``, clipped to ±adv_clip.
+3. **Update**: every (image, trained step) pair is one term of the loss, the PPO-clipped
+   ratio times A_t plus β_KL times the exact Gaussian KL to the reference policy (adapter
+   off). Pairs of different steps share one forward/backward (the model takes a per-sample
+   timestep), gradients accumulate over micro-batches, then one AdamW step per
+   ``updates_per_step`` chunk, with grad-norm clipping and an optional EMA.
+
+Static, ReCAST and no-Sink runs differ only in the W file (``--weights``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from recast_cli.artifacts import WeightMatrix, atomic_write_bytes, read_weights
+from recast_cli.errors import BadInput
+from recast_cli.policy.base import _splitmix64
+from recast_cli.prompts import load_prompts, prompt_stream
+from recast_cli.train import checkpoint as ckpt
+from recast_cli.train.config import TrainConfig, check_config, trained_steps
+from recast_cli.train.metrics import MetricsLog
+from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
+from recast_cli.train.params import Parameters
+
+RUN_SCHEMA = "recast.run/1"
+
+
+# ------------------------------------------------------------------ W against the setting and the sampler
+
+
+def static_weights(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray) -> WeightMatrix:
+    """The static W of a setting: ``W_{i,t} = λ̂_i / T`` on the sampler's grid."""
+    T = len(sigmas_desc) - 1
+    lam_hat = np.asarray(lam, dtype=np.float64) / float(np.sum(lam))
+    W = np.repeat(lam_hat[:, None] / T, T, axis=1)
+    return WeightMatrix(W=W, gain=np.zeros_like(W), rewards=rewards, lam=tuple(float(x) for x in lam),
+                        mode="static", tau=1.0, sigmas=np.asarray(sigmas_desc, dtype=np.float64),
+                        info={"built_by": "recast train --weights static"})
+
+
+def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, shift: float | None, where: str) -> None:
+    """BadInput unless W is for the setting's rewards (same order), λ and the sampler's grid."""
+    if tuple(w.rewards) != tuple(cfg.rewards):
+        raise BadInput(f"{where} is for rewards ({', '.join(w.rewards)}), the setting trains "
+                       f"({', '.join(cfg.rewards)}) in that order")
+    T = len(sigmas_desc) - 1
+    hint = f"`recast solve-w --steps {T} --grid flowmatch" + (f" --shift {shift:g}`" if shift else "`")
+    if w.T != T:
+        raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
+    if np.max(np.abs(np.asarray(w.sigmas) - sigmas_desc)) > 1e-6:
+        raise BadInput(f"{where} is on another σ grid than the sampler's (same T = {T}); resample it with {hint}")
+    a = np.asarray(w.lam) / np.sum(w.lam)
+    b = np.asarray(cfg.lam) / np.sum(cfg.lam)
+    if np.max(np.abs(a - b)) > 1e-9:
+        raise BadInput(f"{where} was solved for lambda {list(w.lam)}, the run uses {list(cfg.lam)} "
+                       "(pass --lambda or solve W again)")
+
+
+def sample_seeds(seed: int, step: int, index: np.ndarray) -> torch.Tensor:
+    """Noise seed of global image ``index`` at training step ``step`` (62-bit, collision-free in practice)."""
+    with np.errstate(over="ignore"):
+        mixed = _splitmix64(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(step + 1))
+        values = _splitmix64(mixed + index.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03))
+    return torch.from_numpy((values >> np.uint64(2)).astype(np.int64))
+
+
+# ------------------------------------------------------------------ the run
+
+
+@dataclass
+class Batch:
+    """This process's share of one iteration: whole groups, G images each, in group order."""
+
+    prompts: list[str]
+    cond: Any
+    states: torch.Tensor  # [B, T+1, …]: states[:, j] is x_{T−j}
+    log_probs: torch.Tensor  # [B, T]: log_probs[:, j] is step t = T − j
+    rewards: torch.Tensor  # [B, m] float64
+
+
+@dataclass
+class Plan:
+    """Everything resolved and checked before the first byte is written."""
+
+    setting: Any
+    cfg: TrainConfig
+    weights: WeightMatrix
+    weights_source: str  # a path, or "static"
+    prompts: list[str]
+    run: Path
+    resume_from: Path | None
+    init_from: Path | None
+    device: str | None
+
+
+def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
+             device: str | None, sigmas_desc: np.ndarray | None = None, shift: float | None = None) -> Plan:
+    """Resolve and check a run; raises BadInput for anything the user can fix (nothing is written)."""
+    from recast_cli.settings import check_prompts, load_setting
+
+    setting = load_setting(setting_name)
+    if setting.policy.kind != "sd3":
+        raise BadInput(f"setting {setting.name!r}: recast train needs an sd3 policy (LoRA), not {setting.policy.kind!r}")
+    check_config(cfg)
+    prompts, _ = load_prompts(cfg.prompts)
+    check_prompts(setting.policy, prompts)
+    if sigmas_desc is None:
+        sigmas_desc, shift = scheduler_grid(setting.policy)
+    if weights == "static":
+        w = static_weights(cfg.rewards, cfg.lam, sigmas_desc)
+    else:
+        w = read_weights(weights)
+        check_weights(w, cfg, sigmas_desc, shift, weights)
+    resume_from = None
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out} is a file, not a run folder")
+    if resume:
+        found = ckpt.list_checkpoints(out)
+        if found:
+            resume_from = found[-1][1]
+            _, state = ckpt.read_checkpoint(resume_from)
+            _check_same_run(state, cfg, w, weights, resume_from)
+    elif (out / "run.json").exists():
+        raise BadInput(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+    init_from = None
+    if init is not None:
+        from recast_cli.train.params import resolve_adapter
+
+        p = Path(init)
+        if not p.exists():
+            raise BadInput(f"--init {init}: no such checkpoint")
+        if (p / "checkpoints").is_dir() or (p / "manifest.json").is_file():
+            folder = ckpt.latest_checkpoint(p) if (p / "checkpoints").is_dir() else p
+            if folder is None:
+                raise BadInput(f"--init {init}: the run has no complete checkpoint")
+            ckpt.read_checkpoint(folder)
+            init_from = folder / "adapter"
+        else:
+            init_from = resolve_adapter(p).parent
+    return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device)
+
+
+def scheduler_grid(spec) -> tuple[np.ndarray, float | None]:
+    """σ_T … σ_0 of the setting's sampler, from its scheduler config alone (no weights loaded)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from recast_cli.policy.sd3 import check_model_folder
+
+    folder = check_model_folder(spec.path)
+    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler", local_files_only=True)
+    scheduler.set_timesteps(spec.steps)
+    return scheduler.sigmas.detach().to("cpu", torch.float64).numpy(), float(scheduler.config.shift)
+
+
+def _check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str, where: Path) -> None:
+    if state.get("run_key") != cfg.run_key():
+        raise BadInput(f"--resume: checkpoint {where} belongs to a run with another configuration "
+                       f"(run key {state.get('run_key')}, this run {cfg.run_key()})")
+    if state.get("weights_key") != weights_key(w):
+        raise BadInput(f"--resume: checkpoint {where} was trained with another W than {weights}")
+
+
+def weights_key(w: WeightMatrix) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(np.ascontiguousarray(w.W, dtype=np.float64).tobytes())
+    digest.update(repr((tuple(w.rewards), w.mode)).encode())
+    return digest.hexdigest()[:16]
+
+
+class Trainer:
+    """Holds the policy, the trainable parameters, the optimizer and the run folder."""
+
+    def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, tensorboard: bool = True):
+        from accelerate import Accelerator
+
+        from recast_cli.rewards import build_scorer
+        from recast_cli.settings import build_policy
+
+        self.plan = plan
+        self.cfg = cfg = plan.cfg
+        self.quiet = quiet
+        self.acc = accelerator or Accelerator(cpu=plan.device == "cpu")
+        self.rank, self.world = self.acc.process_index, self.acc.num_processes
+        if cfg.prompts_per_step % self.world:
+            raise BadInput(f"prompts_per_step = {cfg.prompts_per_step} groups do not split over {self.world} processes")
+        spec = plan.setting.policy
+        self.policy = build_policy(spec, device=str(self.acc.device))
+        self.noise_level = float(cfg.noise_level if cfg.noise_level is not None else spec.noise_level)
+        if self.noise_level <= 0:
+            raise BadInput("the trainer needs the SDE sampler: noise_level must be > 0")
+        self.T = self.policy.T
+        self.steps = trained_steps(self.T, cfg.train_fraction)
+        self.W = torch.as_tensor(plan.weights.W, dtype=torch.float64)
+        self.lam = np.asarray(cfg.lam, dtype=np.float64)
+        self.scorers = [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
+        transformer = self.policy.pipe.transformer
+        self.params = Parameters(transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.seed,
+                                 keep_reference=cfg.beta_kl > 0)
+        if plan.init_from is not None:
+            self.params.load(plan.init_from)
+        self.optimizer = torch.optim.AdamW(self.params.tensors, lr=cfg.learning_rate,
+                                           betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                                           weight_decay=cfg.weight_decay)
+        if self.world > 1:
+            self.policy.denoiser = self.acc.prepare(transformer)
+        self.ema = {n: p.detach().clone() for n, p in self.params.named} if cfg.ema_decay > 0 else None
+        self.step = 0
+        self.run = plan.run
+        self.metrics = MetricsLog(self.run, self.config_record(), tensorboard=tensorboard) if self.rank == 0 else None
+        if plan.resume_from is not None:
+            self._restore(plan.resume_from)
+        elif self.rank == 0:
+            self._start_run()
+        self.acc.wait_for_everyone()
+
+    # ------------------------------------------------------------------ run folder
+
+    def config_record(self) -> dict[str, Any]:
+        p = self.plan
+        return {"setting": str(p.setting.file), "weights": p.weights_source, "mode": p.weights.mode,
+                "weights_key": weights_key(p.weights), "train": {k: v for k, v in asdict(self.cfg).items()},
+                "noise_level": self.noise_level, "T": self.T, "trained_steps": self.steps,
+                "init": str(p.init_from) if p.init_from else None, "processes": self.world}
+
+    def _start_run(self) -> None:
+        from recast_cli.artifacts import Provenance, write_weights
+
+        run = self.run
+        run.mkdir(parents=True, exist_ok=True)
+        sources = [self.plan.setting.file] + ([self.plan.weights_source] if self.plan.weights_source != "static" else [])
+        write_weights(run / "weights.safetensors", self.plan.weights,
+                      config={"copied_from": self.plan.weights_source}, sources=sources)
+        atomic_write_bytes(run / "config.toml", self.cfg.to_toml().encode())
+        record = Provenance.new(RUN_SCHEMA, self.config_record(), sources).to_metadata()
+        record.update({"rewards": list(self.cfg.rewards), "lambda": list(self.cfg.lam),
+                       "mode": self.plan.weights.mode, "sigmas": [float(s) for s in self.plan.weights.sigmas]})
+        import json
+
+        atomic_write_bytes(run / "run.json", (json.dumps(record, indent=1, sort_keys=True, default=str) + "\n").encode())
+
+    def _restore(self, folder: Path) -> None:
+        tensors, state = ckpt.read_checkpoint(folder)
+        self.params.load(folder / "adapter")
+        ckpt.load_optimizer(self.optimizer, tensors, state["optimizer"], self.params.names, str(folder))
+        if self.ema is not None:
+            for name in self.ema:
+                self.ema[name] = tensors[f"ema/{name}"].to(self.ema[name].device).clone()
+        ckpt.restore_rng(tensors)
+        self.step = int(state["step"])
+        if self.metrics is not None:
+            self.metrics.resume(self.step)
+            ckpt.clean_partial(self.run)
+
+    def save(self) -> Path | None:
+        if self.rank != 0:
+            return None
+        tensors, meta = ckpt.optimizer_tensors(self.optimizer, self.params.names)
+        tensors.update(ckpt.rng_tensors())
+        ema_state = None
+        if self.ema is not None:
+            tensors.update({f"ema/{n}": v for n, v in self.ema.items()})
+            live = {n: p for n, p in self.params.named}
+            with torch.no_grad():  # the adapter file of the EMA weights: swap them in, read, swap back
+                saved = {n: p.detach().clone() for n, p in live.items()}
+                for n, p in live.items():
+                    p.copy_(self.ema[n])
+                ema_state = self.params.state()
+                for n, p in live.items():
+                    p.copy_(saved[n])
+        state = {"schema": ckpt.CHECKPOINT_SCHEMA, "step": self.step, "run_key": self.cfg.run_key(),
+                 "weights_key": weights_key(self.plan.weights), "weights": self.plan.weights_source,
+                 "mode": self.plan.weights.mode, "data_position": self.step * self.cfg.prompts_per_step,
+                 "lr_schedule": {"kind": self.cfg.lr_schedule, "warmup_steps": self.cfg.warmup_steps,
+                                 "base_lr": self.cfg.learning_rate, "step": self.step},
+                 "optimizer": meta, "seed": self.cfg.seed, "processes": self.world}
+
+        def write_files(folder: Path) -> None:
+            self.params.save(folder / "adapter")
+            if ema_state is not None:
+                self.params.save(folder / "adapter_ema", ema_state)
+
+        return ckpt.save_checkpoint(self.run, self.step, write_files, tensors, state, self.cfg.keep_checkpoints)
+
+    # ------------------------------------------------------------------ one iteration
+
+    def learning_rate(self, step: int) -> float:
+        if self.cfg.lr_schedule == "warmup" and self.cfg.warmup_steps > 0:
+            return self.cfg.learning_rate * min(1.0, (step + 1) / self.cfg.warmup_steps)
+        return self.cfg.learning_rate
+
+    def local_groups(self) -> range:
+        per = self.cfg.prompts_per_step // self.world
+        return range(self.rank * per, (self.rank + 1) * per)
+
+    @torch.no_grad()
+    def sample(self, step: int) -> Batch:
+        """Sample and score this process's groups of iteration ``step`` (rewards overlap sampling)."""
+        cfg, G = self.cfg, self.cfg.group_size
+        order = prompt_stream(len(self.plan.prompts), cfg.seed, step * cfg.prompts_per_step, cfg.prompts_per_step)
+        groups = list(self.local_groups())
+        prompts = [self.plan.prompts[int(order[g])] for g in groups for _ in range(G)]
+        index = np.array([g * G + k for g in groups for k in range(G)], dtype=np.int64)
+        seeds = sample_seeds(cfg.seed, step, index)
+        cond = self.policy.encode_prompts(prompts)
+        states, log_probs, futures = [], [], []
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for lo in range(0, len(prompts), cfg.sample_batch):
+                idx = torch.arange(lo, min(lo + cfg.sample_batch, len(prompts)))
+                traj = self.policy.sample(cond.take(idx), self.noise_level, seeds[idx])
+                states.append(traj.states)
+                log_probs.append(traj.log_probs)
+                images = self.policy.decode(traj.states[:, -1])
+                futures.append(pool.submit(self._score, images, prompts[lo: lo + len(idx)]))
+            rewards = torch.cat([f.result() for f in futures])
+        return Batch(prompts, cond, torch.cat(states), torch.cat(log_probs), rewards)
+
+    def _score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        cols = []
+        for name, scorer in zip(self.cfg.rewards, self.scorers):
+            values = np.asarray(scorer.score(images.cpu(), prompts), dtype=np.float64)
+            if values.shape != (len(prompts),) or not np.all(np.isfinite(values)):
+                raise RuntimeError(f"reward {name} returned {values.shape} values or non-finite scores")
+            cols.append(torch.from_numpy(values))
+        return torch.stack(cols, dim=1)
+
+    def gather_rewards(self, batch: Batch) -> torch.Tensor:
+        """Every process's rewards in global group order [P·G, m]."""
+        if self.world == 1:
+            return batch.rewards
+        return self.acc.gather(batch.rewards.to(self.acc.device)).cpu()
+
+    def advantages(self, all_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A_i over all images [P·G, m], A_t of this process's images [B, T]) — E13 with clipping."""
+        adv = group_advantages(all_rewards, self.cfg.group_size, global_std=self.cfg.adv_std == "global")
+        per = (self.cfg.prompts_per_step // self.world) * self.cfg.group_size
+        local = adv[self.rank * per: (self.rank + 1) * per]
+        return adv, step_advantages(local, self.W, clip=self.cfg.adv_clip)
+
+    def pair_loss(self, batch: Batch, adv_t: torch.Tensor, pairs: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
+        """Summed loss of (image, step) pairs, all steps in one batched forward; with its parts."""
+        dev = self.policy.device
+        b = torch.as_tensor(pairs[:, 0], dtype=torch.long)
+        t = torch.as_tensor(pairs[:, 1], dtype=torch.long)
+        j = self.T - t
+        x = batch.states[b, j].to(dev)
+        prev = batch.states[b, j + 1].to(dev)
+        cond = batch.cond.take(b)
+        out = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
+        old = batch.log_probs[b, j].to(dev)
+        A = adv_t[b, t - 1].to(dev, out.log_prob.dtype)
+        pg, clipped = ppo_terms(out.log_prob, old, A, self.cfg.clip_range)
+        loss = pg
+        kl = torch.zeros_like(pg)
+        if self.cfg.beta_kl > 0:
+            with torch.no_grad(), self.params.reference_policy(self.policy):
+                ref = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
+            dt = (self.policy.sigmas[t - 1] - self.policy.sigmas[t]).to(dev)
+            kl = gaussian_kl(out.mean, ref.mean, out.std, dt, self.cfg.kl_form)
+            loss = pg + self.cfg.beta_kl * kl
+        parts = {"policy_loss": float(pg.detach().sum()), "kl": float(kl.detach().sum()),
+                 "clipped": float(clipped.float().sum()), "loss": float(loss.detach().sum())}
+        return loss.sum(), parts
+
+    def update(self, batch: Batch, adv_t: torch.Tensor, step: int) -> dict[str, float]:
+        """``updates_per_step`` optimizer steps over this iteration's (image, trained step) pairs."""
+        cfg = self.cfg
+        pairs = np.array([(b, t) for b in range(len(batch.prompts)) for t in self.steps], dtype=np.int64)
+        pairs = pairs[np.random.default_rng([cfg.seed, step, 0xADADAD]).permutation(len(pairs))]
+        totals = {"policy_loss": 0.0, "kl": 0.0, "clipped": 0.0, "loss": 0.0}
+        grad_norm = 0.0
+        model = self.policy.denoiser
+        for chunk in np.array_split(pairs, cfg.updates_per_step):
+            micro = [chunk[i: i + cfg.micro_batch] for i in range(0, len(chunk), cfg.micro_batch)]
+            for k, part in enumerate(micro):
+                last = k == len(micro) - 1
+                sync = contextlib.nullcontext() if last or self.world == 1 else self.acc.no_sync(model)
+                with sync:
+                    loss, parts = self.pair_loss(batch, adv_t, part)
+                    self.acc.backward(loss / len(chunk))
+                for key in totals:
+                    totals[key] += parts[key]
+            norm = self.acc.clip_grad_norm_(self.params.tensors, cfg.grad_clip)
+            grad_norm = float(norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.ema is not None:
+                with torch.no_grad():
+                    for name, p in self.params.named:
+                        self.ema[name].mul_(cfg.ema_decay).add_(p.detach(), alpha=1 - cfg.ema_decay)
+        n = len(pairs)
+        stats = {key: value / n for key, value in totals.items()}
+        stats["clip_frac"] = stats.pop("clipped")
+        stats["grad_norm"] = grad_norm
+        if self.world > 1:
+            reduced = self.acc.reduce(torch.tensor([stats["policy_loss"], stats["kl"], stats["clip_frac"],
+                                                    stats["loss"]], device=self.acc.device), "mean").cpu()
+            stats.update(zip(("policy_loss", "kl", "clip_frac", "loss"), (float(v) for v in reduced)))
+        return stats
+
+    def train_step(self) -> dict[str, Any]:
+        """One iteration: sample, score, advantages, update; returns the metrics row material."""
+        step = self.step
+        lr = self.learning_rate(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        batch = self.sample(step)
+        all_rewards = self.gather_rewards(batch)
+        adv, adv_t = self.advantages(all_rewards)
+        t1 = time.perf_counter()
+        stats = self.update(batch, adv_t, step)
+        t2 = time.perf_counter()
+        self.step = step + 1
+        means = all_rewards.mean(dim=0).numpy()
+        stds = all_rewards.std(dim=0, unbiased=False).numpy()
+        Tw = self.W * self.T
+        per_reward = {name: {"reward_mean": float(means[i]), "reward_std": float(stds[i]),
+                             "adv_abs": (adv[:, i].abs()[:, None] * Tw[i][None, :]).mean(dim=0).tolist()}
+                      for i, name in enumerate(self.cfg.rewards)}
+        full_t = step_advantages(adv, self.W, clip=self.cfg.adv_clip)
+        scalars = {"aggregate": float(np.dot(self.lam, means)), **stats, "lr": lr,
+                   "images": int(len(all_rewards)), "sample_s": t1 - t0, "update_s": t2 - t1}
+        return {"per_reward": per_reward, "scalars": scalars, "step_adv_abs": full_t.abs().mean(dim=0).tolist()}
+
+    def train(self, max_steps: int | None = None) -> int:
+        """Iterate to ``max_steps`` (the config's by default), saving every ``save_every`` steps."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        goal = self.cfg.max_steps if max_steps is None else max_steps
+        columns = [TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("reward {task.fields[agg]:.4f}  loss {task.fields[loss]:+.2e}  "
+                              "kl {task.fields[kl]:.2e}  {task.fields[ips]:.1f} img/s"), TimeRemainingColumn()]
+        with Progress(*columns, disable=self.quiet or self.rank > 0) as progress:
+            task = progress.add_task("train", total=goal, completed=min(self.step, goal), agg=math.nan,
+                                     loss=0.0, kl=0.0, ips=0.0)
+            while self.step < goal:
+                row = self.train_step()
+                s = row["scalars"]
+                if self.metrics is not None:
+                    self.metrics.add(self.step, row["per_reward"], s, row["step_adv_abs"])
+                    self.metrics.write()
+                if self.step % self.cfg.save_every == 0 or self.step == goal:
+                    self.save()
+                    self.acc.wait_for_everyone()
+                elapsed = s["sample_s"] + s["update_s"]
+                progress.update(task, completed=self.step, agg=s["aggregate"], loss=s["loss"], kl=s["kl"],
+                                ips=s["images"] / max(elapsed, 1e-9))
+        if self.metrics is not None:
+            self.metrics.close()
+        return self.step

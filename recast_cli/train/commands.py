@@ -55,7 +55,10 @@ def train_command(
         return
     trainer.train()
     if trainer.rank == 0:
-        out.print(f"trained steps {start + 1}..{trainer.step} ({plan.weights.mode} W) → {out_dir}")
+        rows = {r["step"]: r["aggregate"] for r in trainer.metrics.rows}
+        first, last = min(rows), max(rows)
+        out.print(f"trained steps {start + 1}..{trainer.step} ({plan.weights.mode} W) → {out_dir}; "
+                  f"aggregate reward Σλ·r: step {first} {rows[first]:.4f}, step {last} {rows[last]:.4f}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,222 @@
+"""``recast train`` end to end through the CLI on the tiny toy setting (T = 4), and its bad input.
+
+Every bad input must exit 2 with one line on stderr before anything is written: a new --out
+folder is not created, an existing run folder is left byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from recast_cli.artifacts import read_weights, write_gains
+from recast_cli.cli import app
+from recast_cli.grid import GridSpec
+from recast_cli.train import checkpoint as ckpt
+from recast_cli.train.params import LORA_FILE
+from tests.conftest import bump_gains, make_table
+
+runner = CliRunner()
+REWARDS = ("toy_color", "toy_shape", "toy_sharpness")  # the tiny setting's [train] rewards, lambda 1,2,1
+FLOWMATCH = GridSpec("flowmatch", shift=3.0)
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def run_ok(*args):
+    result = invoke(*args)
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def train(setting: Path, weights, out: Path, *extra):
+    return invoke("train", "--setting", setting, "--weights", weights, "--out", out, "--device", "cpu", "--quiet",
+                  *extra)
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_bad(result, needle: str):
+    assert result.exit_code == 2, (result.stdout, result.stderr, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: the tiny model is all call overhead, and spinning threads on a shared
+    2-core machine make it ~10x slower. Restored after the module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def gains_25(tmp_path_factory) -> Path:
+    """A gain table for the setting's rewards on a 25-step flowmatch (shift 3) grid."""
+    path = tmp_path_factory.mktemp("gains") / "gains.parquet"
+    write_gains(path, make_table(0.05 * bump_gains([20, 12, 4], [4, 3, 2], 25), REWARDS, grid=FLOWMATCH),
+                config={"test": True})
+    return path
+
+
+def solve(gains: Path, out: Path, *extra, lam: str = "1,2,1") -> Path:
+    run_ok("solve-w", "--gains", gains, "--lambda", lam, "--out", out, *extra)
+    return out
+
+
+@pytest.fixture(scope="module")
+def static_run(train_setting, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("static") / "run"
+    result = train(train_setting, "static", out)
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return out
+
+
+def test_static_run_writes_a_complete_run_folder(static_run):
+    for name in ("run.json", "config.toml", "weights.safetensors", "metrics.parquet"):
+        assert (static_run / name).is_file(), name
+    record = json.loads((static_run / "run.json").read_text())
+    assert record["mode"] == "static" and record["rewards"] == list(REWARDS) and record["lambda"] == [1.0, 2.0, 1.0]
+    w = read_weights(static_run / "weights.safetensors")
+    assert w.mode == "static" and w.T == 4
+    np.testing.assert_allclose(w.W, np.repeat(np.array([[0.25], [0.5], [0.25]]) / 4, 4, axis=1), rtol=1e-15)
+    assert "max_steps = 4" in (static_run / "config.toml").read_text()
+
+    metrics = pd.read_parquet(static_run / "metrics.parquet")
+    assert len(metrics) == 4 * len(REWARDS)
+    assert not metrics.duplicated(["step", "reward"]).any()
+    assert sorted(set(zip(metrics["step"], metrics["reward"]))) == sorted((s, r) for s in (1, 2, 3, 4) for r in REWARDS)
+    assert np.all(np.isfinite(metrics["loss"])) and (metrics["images"] == 4).all()
+
+    assert [s for s, _ in ckpt.list_checkpoints(static_run)] == [2, 4]
+    for step in (2, 4):
+        folder = static_run / "checkpoints" / f"step-{step:06d}"
+        _, state = ckpt.read_checkpoint(folder)
+        assert state["step"] == step and state["mode"] == "static"
+        assert (folder / "adapter" / LORA_FILE).is_file()
+
+
+def test_a_solve_w_matrix_on_the_samplers_grid_trains(train_setting, gains_25, tmp_path):
+    w_path = solve(gains_25, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    assert read_weights(w_path).mode == "recast"
+    out = tmp_path / "run"
+    result = train(train_setting, w_path, out, "--max-steps", "1")
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    record = json.loads((out / "run.json").read_text())
+    assert record["mode"] == "recast"
+    copied = read_weights(out / "weights.safetensors")
+    np.testing.assert_array_equal(copied.W, read_weights(w_path).W)
+    _, state = ckpt.read_checkpoint(ckpt.step_dir(out, 1))
+    assert state["mode"] == "recast" and state["step"] == 1
+
+
+# ------------------------------------------------------------------ bad W files: exit 2, nothing written
+
+
+def _gains_for(tmp_path: Path, rewards, grid=FLOWMATCH, steps: int = 25) -> Path:
+    path = tmp_path / "g.parquet"
+    write_gains(path, make_table(0.05 * bump_gains([steps * 0.8, steps * 0.5, steps * 0.2], [3, 2, 1], steps),
+                                 tuple(rewards), grid=grid), config={"test": True})
+    return path
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("other_names", "is for rewards (a, b, c)"),
+    ("other_order", "in that order"),
+    ("other_T", "solve-w --steps 4"),
+    ("other_grid", "another σ grid"),
+    ("other_lambda", "was solved for lambda"),
+])
+def test_a_W_that_does_not_fit_the_run_is_refused(train_setting, gains_25, tmp_path, case, needle):
+    w_path = tmp_path / "W.safetensors"
+    fit = ("--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    if case == "other_names":
+        solve(_gains_for(tmp_path, ("a", "b", "c")), w_path, *fit)
+    elif case == "other_order":
+        solve(_gains_for(tmp_path, (REWARDS[1], REWARDS[0], REWARDS[2])), w_path, *fit)
+    elif case == "other_T":
+        solve(gains_25, w_path)
+        assert read_weights(w_path).T == 25
+    elif case == "other_grid":
+        solve(gains_25, w_path, "--steps", "4", "--grid", "linear")
+        assert read_weights(w_path).T == 4
+    elif case == "other_lambda":
+        solve(gains_25, w_path, *fit, lam="1,1,1")
+    out = tmp_path / "run"
+    result = train(train_setting, w_path, out)
+    assert_bad(result, needle)
+    assert not out.exists()
+    if case == "other_T":
+        assert "--grid flowmatch --shift 3" in result.stderr
+
+
+# ------------------------------------------------------------------ bad runs and options
+
+
+def _copy_run(static_run: Path, dest: Path) -> Path:
+    shutil.copytree(static_run, dest)
+    return dest
+
+
+def test_resume_from_a_corrupt_checkpoint_is_refused(train_setting, static_run, tmp_path):
+    run = _copy_run(static_run, tmp_path / "run")
+    adapter = ckpt.step_dir(run, 4) / "adapter" / LORA_FILE
+    data = bytearray(adapter.read_bytes())
+    for k in range(1, 9):
+        data[-k * 7] ^= 0xFF
+    adapter.write_bytes(bytes(data))
+    before = snapshot(run)
+    assert_bad(train(train_setting, "static", run, "--resume", "--max-steps", "6"), "corrupt")
+    assert snapshot(run) == before
+
+
+def test_resume_with_another_configuration_is_refused(train_setting, static_run, tmp_path):
+    run = _copy_run(static_run, tmp_path / "run")
+    before = snapshot(run)
+    assert_bad(train(train_setting, "static", run, "--resume", "--max-steps", "6", "--lr", "5e-4"),
+               "another configuration")
+    assert snapshot(run) == before
+
+
+def test_resume_with_another_W_is_refused(train_setting, static_run, gains_25, tmp_path):
+    run = _copy_run(static_run, tmp_path / "run")
+    w_path = solve(gains_25, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    before = snapshot(run)
+    assert_bad(train(train_setting, w_path, run, "--resume", "--max-steps", "6"), "another W")
+    assert snapshot(run) == before
+
+
+def test_an_existing_run_without_resume_is_refused(train_setting, static_run):
+    before = snapshot(static_run)
+    assert_bad(train(train_setting, "static", static_run), "--resume")
+    assert snapshot(static_run) == before
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--group-size", "1"), "group size G must be at least 2"),
+    (("--set", "nosuchkey=1"), "nosuchkey"),
+    (("--set", "learning_rate"), "KEY=VALUE"),
+    (("--lambda", "1,2"), "lambda has 2 values"),
+    (("--set", "kl_form=\"other\""), "kl_form must be one of"),
+])
+def test_bad_options_are_refused_before_anything_is_written(train_setting, tmp_path, args, needle):
+    out = tmp_path / "run"
+    assert_bad(train(train_setting, "static", out, *args), needle)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []

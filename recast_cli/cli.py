@@ -124,7 +124,8 @@ def estimate_command(
     out_path: Path = typer.Option(..., "--out", help="Gain table to write (recast.gains/1); the scores go to "
                                                      "OUT.scores.parquet."),
     rewards: Optional[str] = typer.Option(None, help="Comma-separated rewards, e.g. clip,hps,pick,ocr."),
-    policy: str = typer.Option("toy", help="gmm1d, a setting name (pipelines/NAME.toml) or a .toml path."),
+    policy: str = typer.Option("toy", help="gmm1d, a setting name (pipelines/NAME.toml), a .toml path, or a "
+                                           "recast train run / checkpoint folder (its setting + LoRA)."),
     positives: Optional[Path] = typer.Option(None, help="recast.positives/1 folder (π⁺ surrogate images)."),
     prompts: Optional[Path] = typer.Option(None, help="Prompts file (π^old-sampling without positives)."),
     alpha: str = typer.Option("2", help="Rényi order(s), e.g. 2 or 0.25,0.5,2,4 (one table per α)."),

@@ -47,7 +47,7 @@ class Setting:
 def setting_path(name_or_path: str) -> Path:
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml":
-        return candidate
+        return candidate.resolve()
     return PIPELINES / f"{name_or_path}.toml"
 
 

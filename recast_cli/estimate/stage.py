@@ -1,6 +1,7 @@
 """The ``recast estimate`` stage, top to bottom (METHOD.md §4).
 
-1. Resolve the policy (``gmm1d`` or a setting), the rewards and the positives (a
+1. Resolve the policy (``gmm1d``, a setting, or a ``recast train`` run or checkpoint folder:
+   the run's setting with the checkpoint's LoRA applied), the rewards and the positives (a
    ``recast.positives/1`` folder; exact π⁺ samples on gmm1d; the renderer in the toy world).
 2. For every prompt of this shard not already done: rollouts and scores (``rollouts``),
    persisted per prompt in ``OUT.parts/`` so a killed run resumes where it stopped.
@@ -188,7 +189,8 @@ def build_world(cfg: EstimateConfig) -> World:
     unknown = [r for r in cfg.rewards if r.split("@")[0] not in known]
     if unknown:
         raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(known)}")
-    setting = load_setting(cfg.policy)
+    setting_name, checkpoint = resolve_policy(cfg.policy)
+    setting = load_setting(setting_name)
     spec = setting.policy
     sources: list[Source] = []
     if cfg.positives is not None:
@@ -226,6 +228,16 @@ def build_world(cfg: EstimateConfig) -> World:
         prompts, prompt_ids = prompts[: cfg.P], prompt_ids[: cfg.P]
     check_prompts(spec, prompts)
     policy = build_policy(spec, steps=cfg.steps, guidance_scale=cfg.guidance_scale)
+    lora_info = {}
+    if checkpoint is not None:
+        if spec.kind != "sd3":
+            raise BadInput(f"--policy {cfg.policy}: a LoRA checkpoint needs an sd3 setting, {setting.file} is {spec.kind}")
+        from recast_cli.train.params import load_lora_into_policy
+
+        adapter = load_lora_into_policy(policy, checkpoint)
+        source = Source.of(adapter)
+        sources.append(source)
+        lora_info = {"checkpoint": str(checkpoint), "adapter": str(adapter), "adapter_sha256": source.sha256}
     scorers = [build_scorer(r) for r in cfg.rewards]
 
     def positives(p: int) -> list[torch.Tensor]:
@@ -249,9 +261,40 @@ def build_world(cfg: EstimateConfig) -> World:
 
     policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": str(spec.path) if spec.path else None,
                    "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
-                   "weights_sha256": _weights_hash(spec.path)}
+                   "weights_sha256": _weights_hash(spec.path), **lora_info}
     return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
                  policy_info, positives_info, sources, False, len(reward_sets) if cfg.sampling == "pplus" else 1)
+
+
+def resolve_policy(text: str) -> tuple[str, Path | None]:
+    """``--policy`` → (setting name or path, checkpoint folder or None).
+
+    A folder is a ``recast train`` run (``run.json``: its latest complete checkpoint) or one of
+    its checkpoints (``RUN/checkpoints/step-N``); the setting is the one the run trained.
+    Anything else is a setting name or a .toml path, for ``load_setting`` to judge.
+    """
+    from recast_cli.train.checkpoint import latest_checkpoint, read_checkpoint
+
+    path = Path(text)
+    if not path.is_dir():
+        return text, None
+    if (path / "run.json").is_file():
+        run, checkpoint = path, latest_checkpoint(path)
+        if checkpoint is None:
+            raise BadInput(f"--policy {text}: the run has no complete checkpoint yet")
+    elif (path / "manifest.json").is_file() and (path.parent.parent / "run.json").is_file():
+        run, checkpoint = path.parent.parent, path
+    else:
+        raise BadInput(f"--policy {text}: a folder that is neither a recast train run (no run.json) nor one of its "
+                       "checkpoints (RUN/checkpoints/step-N); a setting is a name or a .toml file")
+    read_checkpoint(checkpoint)  # the manifest's sha256s: a corrupt or partial checkpoint is named here
+    try:
+        setting = json.loads((run / "run.json").read_text())["config"]["setting"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise BadInput(f"{run / 'run.json'} names no setting (config.setting)") from None
+    if not Path(setting).is_file():
+        raise BadInput(f"--policy {text}: the run's setting {setting} (from {run / 'run.json'}) is not there")
+    return str(setting), checkpoint
 
 
 def _prompts_file(path: str | None) -> tuple[list[str], list[int]]:
@@ -321,6 +364,8 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     mine = [j for j in wanted if j % procs.size == procs.rank]
     parts = out.with_name(out.name + ".parts")
     run_id = cfg.run_id()
+    if "adapter_sha256" in world.policy_info:  # a run folder's latest checkpoint changes as it trains
+        run_id = hashlib.sha256(f"{run_id}:{world.policy_info['adapter_sha256']}".encode()).hexdigest()[:16]
     marker = parts / "run.json"
     if procs.rank == 0:
         if marker.is_file() and json.loads(marker.read_text()).get("run_id") != run_id:

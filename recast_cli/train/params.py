@@ -1,8 +1,10 @@
 """What the trainer updates: a LoRA adapter on the transformer (peft), or the whole transformer.
 
 The adapter is saved in diffusers' LoRA format (``pytorch_lora_weights.safetensors``, keys
-``transformer.<module>.lora_A.weight`` …), so ``StableDiffusion3Pipeline.load_lora_weights``
-reads it; ``load_adapter_file`` reads it back into a peft-wrapped transformer for resume and
+``transformer.<module>.lora_A.weight`` …, and the LoRA config under the file's
+``lora_adapter_metadata`` key, as diffusers' ``save_lora_weights`` writes it: without it
+diffusers assumes ``lora_alpha = r`` and applies the adapter at the wrong scale), so
+``StableDiffusion3Pipeline.load_lora_weights`` reads it; ``load_adapter_file`` reads it back into a peft-wrapped transformer for resume and
 ``--init``. The reference policy of the KL term is the same transformer with the adapter
 disabled (LoRA) or a frozen copy (full fine-tuning).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from recast_cli.errors import BadInput
 LORA_FILE = "pytorch_lora_weights.safetensors"
 FULL_FILE = "diffusion_pytorch_model.safetensors"
 PREFIX = "transformer."
+#: diffusers' safetensors metadata key for the LoraConfig of a LoRA file (``diffusers.loaders.lora_base``)
+LORA_METADATA_KEY = "lora_adapter_metadata"
 
 
 class Parameters:
@@ -31,6 +36,7 @@ class Parameters:
                  keep_reference: bool):
         self.transformer = transformer
         self.lora = rank > 0
+        self.rank, self.alpha = rank, alpha
         if self.lora:
             from peft import LoraConfig
 
@@ -48,6 +54,15 @@ class Parameters:
         self.named = sorted((n, p) for n, p in transformer.named_parameters() if p.requires_grad)
         if not self.named:
             raise BadInput("nothing to train: no parameter requires a gradient")
+        self.sharded = None  # (accelerator, FSDP-wrapped transformer) once ``bind_fsdp`` is called
+
+    def bind_fsdp(self, accelerator, wrapped: torch.nn.Module) -> None:
+        """The transformer is FSDP-sharded: ``state`` then gathers the full tensors (a collective).
+
+        With FSDP every rank holds a shard of each tensor, so ``state`` must be called on every
+        rank; it returns the full tensors on the main process and an empty dict elsewhere.
+        """
+        self.sharded = (accelerator, wrapped)
 
     @property
     def names(self) -> list[str]:
@@ -83,12 +98,19 @@ class Parameters:
 
     def state(self) -> dict[str, torch.Tensor]:
         """The trained tensors as written to disk (diffusers key names, contiguous CPU copies)."""
+        full = None
+        if self.sharded is not None:  # FSDP: the full state dict, gathered onto the main process (every rank calls)
+            accelerator, wrapped = self.sharded
+            full = accelerator.get_state_dict(wrapped)
+            if not accelerator.is_main_process:
+                return {}
         if self.lora:
             from peft.utils import get_peft_model_state_dict
 
-            raw = get_peft_model_state_dict(self.transformer)
+            raw = get_peft_model_state_dict(self.transformer, state_dict=full)
             return {PREFIX + k: v.detach().to("cpu").contiguous().clone() for k, v in raw.items()}
-        return {k: v.detach().to("cpu").contiguous().clone() for k, v in self.transformer.state_dict().items()}
+        full = self.transformer.state_dict() if full is None else full
+        return {k: v.detach().to("cpu").contiguous().clone() for k, v in full.items()}
 
     def save(self, folder: Path, tensors: dict[str, torch.Tensor] | None = None) -> Path:
         """Write the adapter (or the transformer) into ``folder``; returns the file."""
@@ -96,8 +118,16 @@ class Parameters:
         tensors = self.state() if tensors is None else tensors
         path = folder / (LORA_FILE if self.lora else FULL_FILE)
         meta = {"format": "pt", "recast.kind": "lora" if self.lora else "full"}
+        if self.lora:
+            meta[LORA_METADATA_KEY] = json.dumps(self.lora_metadata(tensors), sort_keys=True)
         save_file(tensors, str(path), metadata=meta)
         return path
+
+    def lora_metadata(self, tensors: dict[str, torch.Tensor]) -> dict:
+        """The LoraConfig diffusers rebuilds the adapter from (keys prefixed by the component)."""
+        modules = sorted({k[len(PREFIX):].split(".lora_")[0] for k in tensors})
+        config = {"r": self.rank, "lora_alpha": self.alpha, "target_modules": modules}
+        return {PREFIX + k: v for k, v in config.items()}
 
     def load(self, folder: Path) -> None:
         """Load what ``save`` wrote; BadInput if it does not fit this transformer."""
@@ -146,7 +176,17 @@ def load_lora_into_policy(policy, checkpoint: str | Path) -> Path:
     Uses diffusers' ``load_lora_weights``, the loader a diffusers user would use, and fuses
     nothing: the adapter stays switchable. Returns the adapter file.
     """
+    from safetensors import safe_open
+
     path = resolve_adapter(checkpoint)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+    except Exception as exc:  # safetensors raises its own error types
+        raise BadInput(f"{path}: not a readable safetensors file ({type(exc).__name__})") from None
+    if meta.get("recast.kind") == "lora" and LORA_METADATA_KEY not in meta:
+        raise BadInput(f"{path} was written without its LoRA config ({LORA_METADATA_KEY}); diffusers would apply "
+                       "it at the wrong scale")
     policy.pipe.load_lora_weights(str(path.parent), weight_name=path.name, adapter_name="recast")
     return path
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from accelerate.utils import DistributedType
 
 from recast_cli.artifacts import WeightMatrix, atomic_write_bytes, read_weights
 from recast_cli.errors import BadInput
@@ -188,6 +190,23 @@ def weights_key(w: WeightMatrix) -> str:
     return digest.hexdigest()[:16]
 
 
+def _check_fsdp(acc, cfg: TrainConfig, plan: Plan) -> None:
+    """What the trainer supports under FSDP (pipelines/accelerate/fsdp.yaml); BadInput for the rest.
+
+    FSDP1 with ``use_orig_params`` keeps the parameter objects the optimizer was built on (it
+    swaps their data for shard views); FSDP2 replaces them by DTensors. Checkpoints gather the
+    adapter, not the sharded optimizer moments or EMA, so those cannot be resumed yet.
+    """
+    if acc.is_fsdp2:
+        raise BadInput("recast train supports FSDP version 1 only (fsdp_version: 1 in the accelerate config)")
+    if not acc.state.fsdp_plugin.use_orig_params:
+        raise BadInput("recast train under FSDP needs fsdp_use_orig_params: true (LoRA trains a few of each "
+                       "block's tensors)")
+    if cfg.ema_decay > 0 or plan.resume_from is not None:
+        raise BadInput("under FSDP the optimizer state and EMA are sharded and checkpoints do not gather them: "
+                       "no --resume and no ema_decay (use pipelines/accelerate/ddp.yaml)")
+
+
 class Trainer:
     """Holds the policy, the trainable parameters, the optimizer and the run folder."""
 
@@ -202,6 +221,10 @@ class Trainer:
         self.quiet = quiet
         self.acc = accelerator or Accelerator(cpu=plan.device == "cpu")
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.world == 1:  # each process would train alone and all would write one run folder
+            raise BadInput(f"launched as {launched} processes, but accelerate runs this one alone (no GPU visible); "
+                           "on CPUs pass --device cpu")
         if cfg.prompts_per_step % self.world:
             raise BadInput(f"prompts_per_step = {cfg.prompts_per_step} groups do not split over {self.world} processes")
         spec = plan.setting.policy
@@ -222,8 +245,13 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params.tensors, lr=cfg.learning_rate,
                                            betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                            weight_decay=cfg.weight_decay)
+        self.fsdp = self.acc.distributed_type == DistributedType.FSDP
+        if self.fsdp:  # not exercised by the tests (FSDP needs GPUs); DDP is the tested path
+            _check_fsdp(self.acc, cfg, plan)
         if self.world > 1:
             self.policy.denoiser = self.acc.prepare(transformer)
+        if self.fsdp:
+            self.params.bind_fsdp(self.acc, self.policy.denoiser)
         self.ema = {n: p.detach().clone() for n, p in self.params.named} if cfg.ema_decay > 0 else None
         self.step = 0
         self.run = plan.run
@@ -273,6 +301,7 @@ class Trainer:
             ckpt.clean_partial(self.run)
 
     def save(self) -> Path | None:
+        adapter = self.params.state() if self.fsdp else None  # FSDP gathers the shards: every rank takes part
         if self.rank != 0:
             return None
         tensors, meta = ckpt.optimizer_tensors(self.optimizer, self.params.names)
@@ -296,7 +325,7 @@ class Trainer:
                  "optimizer": meta, "seed": self.cfg.seed, "processes": self.world}
 
         def write_files(folder: Path) -> None:
-            self.params.save(folder / "adapter")
+            self.params.save(folder / "adapter", adapter)
             if ema_state is not None:
                 self.params.save(folder / "adapter_ema", ema_state)
 
@@ -322,6 +351,8 @@ class Trainer:
         prompts = [self.plan.prompts[int(order[g])] for g in groups for _ in range(G)]
         index = np.array([g * G + k for g in groups for k in range(G)], dtype=np.int64)
         seeds = sample_seeds(cfg.seed, step, index)
+        for prompt in dict.fromkeys(prompts):  # one at a time: a batch's roundoff would depend on the process count
+            self.policy.encode_prompts([prompt])
         cond = self.policy.encode_prompts(prompts)
         states, log_probs, futures = [], [], []
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -400,7 +431,9 @@ class Trainer:
                     self.acc.backward(loss / len(chunk))
                 for key in totals:
                     totals[key] += parts[key]
-            norm = self.acc.clip_grad_norm_(self.params.tensors, cfg.grad_clip)
+            # FSDP: the model's own clip (the global norm over shards) runs only when given all its parameters
+            norm = self.acc.clip_grad_norm_(list(model.parameters()) if self.fsdp else self.params.tensors,
+                                            cfg.grad_clip)
             grad_norm = float(norm)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)

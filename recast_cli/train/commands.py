@@ -56,9 +56,14 @@ def train_command(
     trainer.train()
     if trainer.rank == 0:
         rows = {r["step"]: r["aggregate"] for r in trainer.metrics.rows}
-        first, last = min(rows), max(rows)
-        out.print(f"trained steps {start + 1}..{trainer.step} ({plan.weights.mode} W) → {out_dir}; "
-                  f"aggregate reward Σλ·r: step {first} {rows[first]:.4f}, step {last} {rows[last]:.4f}")
+        steps = sorted(rows)
+        # one pass over the prompts: per-step means differ by prompt, pass means compare
+        k = min(-(-len(plan.prompts) // cfg.prompts_per_step), max(len(steps) // 2, 1))
+        head, tail = steps[:k], steps[-k:]
+        mean = lambda s: sum(rows[i] for i in s) / len(s)  # noqa: E731
+        out.print(f"trained steps {start + 1}..{trainer.step} ({plan.weights.mode} W) → {out_dir}; aggregate reward "
+                  f"Σλ·r, mean over steps {head[0]}-{head[-1]}: {mean(head):.4f}, steps {tail[0]}-{tail[-1]}: "
+                  f"{mean(tail):.4f}")
 
 
 def register(app: typer.Typer) -> None:

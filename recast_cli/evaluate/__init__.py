@@ -1,0 +1,1 @@
+"""Stage 2, evaluation: held-out prompts, deterministic ODE samples, rewards and judges per image."""

@@ -1,0 +1,54 @@
+"""``recast evaluate``: the Typer command over ``recast_cli.evaluate.stage``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+
+
+def evaluate_command(
+    run: Optional[Path] = typer.Option(None, "--run", help="A recast train run folder: evaluate its checkpoint "
+                                                           "with the run's setting."),
+    setting: Optional[str] = typer.Option(None, "--setting", help="Evaluate the base model of this setting "
+                                                                  "(pipelines/NAME.toml or a .toml path)."),
+    out_path: Path = typer.Option(..., "--out", help="Output Parquet (recast.eval/1); images go to OUT.images/."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", min=0,
+                                             help="Step of the run's checkpoint (default: the latest)."),
+    judges: Optional[str] = typer.Option(None, "--judges", help="Held-out judges, comma-separated (default: the "
+                                                                "setting's [evaluate] judges; '' for none)."),
+    n: Optional[int] = typer.Option(None, "--n", help="Images per prompt (default: [evaluate] n, else 4)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Base seed: image k of prompt p uses "
+                                                            "seed + 100000·p + k (default 10000)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Images per sampling and scoring chunk."),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Evaluate the base model or a trained run: ODE samples of held-out prompts, rewards and judges per image."""
+    from recast_cli.evaluate.stage import evaluate, images_dir, parse_judges, plan_evaluation
+
+    plan = plan_evaluation(run, setting, out_path, checkpoint=checkpoint,
+                           judges=None if judges is None else parse_judges(judges), n=n, seed=seed,
+                           batch_size=batch_size, device=device)
+    table = evaluate(plan, quiet=quiet)
+    what = "base model" if plan.target.run is None else f"{plan.target.mode} run, step {plan.target.step}"
+    summary = Table(title=f"{plan.target.setting.name} ({what}): {len(table.images)} images "
+                          f"({len(plan.prompts)} prompts x {plan.cfg.n})", title_justify="left")
+    for column in ("scorer", "kind", "mean", "std"):
+        summary.add_column(column, justify="left" if column in ("scorer", "kind") else "right")
+    for j, (name, kind) in enumerate(zip(table.scorers, table.kinds)):
+        summary.add_row(name, kind, f"{table.scores[:, j].mean():.4f}", f"{table.scores[:, j].std():.4f}")
+    if table.meta["rewards"]:
+        values = table.aggregate()
+        summary.add_row("Σλ·r", "aggregate", f"{values.mean():.4f}", f"{values.std():.4f}")
+    out.print(summary)
+    out.print(f"wrote {out_path} and {images_dir(out_path)}/")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("evaluate")(evaluate_command)

@@ -1,0 +1,478 @@
+"""The ``recast evaluate`` stage, top to bottom (METHOD.md §7).
+
+1. Resolve what is evaluated: the base model of a setting, or a ``recast train`` run (its
+   latest checkpoint, or ``--checkpoint STEP``) with the run's setting; the ``[evaluate]``
+   table (held-out prompts, n, seed, steps, CFG, judges) and the command-line flags.
+2. Build the policy (LoRA applied for a run) and every scorer: the training rewards and the
+   held-out judges. Everything the user can get wrong fails here, before a byte is written.
+3. For every chunk of ``batch_size`` images not already done: deterministic ODE sampling
+   (noise level 0, x_T drawn from the image's seed: base, static and ReCAST images of one seed
+   start from the same noise), decode, save PNGs, score. Each finished chunk is a file in
+   ``OUT.parts/``, so a killed run resumes where it stopped and yields the same table.
+4. Move the images to ``OUT.images/`` (beside the table) and write the ``recast.eval/1`` table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from recast_cli.artifacts import (
+    MODES,
+    EvalImage,
+    EvalTable,
+    Source,
+    atomic_write_bytes,
+    check_writable,
+    write_eval,
+)
+from recast_cli.errors import BadInput
+
+#: image k of prompt p is sampled from seed ``seed + SEED_STRIDE·p + k`` (as positives are)
+SEED_STRIDE = 100_000
+EVALUATE_KEYS = ("prompts", "n", "seed", "steps", "guidance_scale", "judges", "batch_size")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The ``[evaluate]`` table after flags: what is sampled and who scores it.
+
+    ``steps`` and ``guidance_scale`` None mean the setting's ``[policy]`` values.
+    """
+
+    prompts: str
+    n: int = 4
+    seed: int = 10000
+    steps: int | None = None
+    guidance_scale: float | None = None
+    judges: tuple[str, ...] = ()
+    batch_size: int = 16
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is evaluated: a setting's base model, or a run's checkpoint under the run's setting."""
+
+    setting: Any  # recast_cli.settings.Setting
+    mode: str  # "base" or the run's W mode
+    run: Path | None = None
+    run_record: dict | None = None  # the run's run.json
+    checkpoint: Path | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything resolved and checked before anything is written."""
+
+    target: Target
+    cfg: EvalConfig
+    prompts: list[str]
+    rewards: tuple[str, ...]
+    lam: tuple[float, ...]
+    options: dict[str, dict[str, Any]]  # scorer name → build options
+    out: Path
+    device: str | None
+
+    @property
+    def scorers(self) -> list[tuple[str, str]]:
+        """(name, kind) of every scorer: the training rewards first, then the judges."""
+        return [(r, "reward") for r in self.rewards] + [(j, "judge") for j in self.cfg.judges]
+
+
+def images_dir(out: Path) -> Path:
+    """``E.parquet`` → ``E.images/``, beside the table."""
+    return out.with_name(f"{out.stem}.images")
+
+
+def parts_dir(out: Path) -> Path:
+    return out.with_name(out.name + ".parts")
+
+
+# ------------------------------------------------------------------ 1. resolve
+
+
+def resolve_target(run: Path | None, setting: str | None, checkpoint: int | None) -> Target:
+    """The base model of ``--setting``, or ``--run``'s checkpoint (latest, or step ``checkpoint``)."""
+    from recast_cli.settings import load_setting
+    from recast_cli.train.checkpoint import list_checkpoints, read_checkpoint, step_dir
+
+    if (run is None) == (setting is None):
+        raise BadInput("give exactly one of --run RUN_DIR (a trained run) and --setting S (the base model)")
+    if run is None:
+        if checkpoint is not None:
+            raise BadInput("--checkpoint selects a checkpoint of --run; the base model has none")
+        return Target(setting=load_setting(setting), mode="base")
+    record_path = run / "run.json"
+    if not record_path.is_file():
+        raise BadInput(f"--run {run}: not a recast train run folder (no run.json)")
+    try:
+        record = json.loads(record_path.read_text())
+        setting_file = record["config"]["setting"]
+        mode = record["mode"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise BadInput(f"{record_path} is not a recast.run/1 record (no config.setting or mode)") from None
+    if mode not in MODES:
+        raise BadInput(f"{record_path}: mode {mode!r} is not one of {', '.join(MODES)}")
+    if not Path(setting_file).is_file():
+        raise BadInput(f"--run {run}: the run's setting {setting_file} (from {record_path}) is not there")
+    found = dict(list_checkpoints(run))
+    if not found:
+        raise BadInput(f"--run {run}: the run has no complete checkpoint yet")
+    if checkpoint is None:
+        checkpoint = max(found)
+    elif checkpoint not in found:
+        raise BadInput(f"--run {run}: no checkpoint of step {checkpoint} "
+                       f"(it has {', '.join(str(s) for s in sorted(found))})")
+    folder = step_dir(run, checkpoint)
+    read_checkpoint(folder)  # verifies every file against the manifest: a corrupt checkpoint is named here
+    return Target(setting=load_setting(setting_file), mode=mode, run=run, run_record=record, checkpoint=folder,
+                  step=checkpoint)
+
+
+def _int(value: Any, key: str, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BadInput(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def config_from_setting(setting) -> tuple[EvalConfig, Any]:
+    """(the ``[evaluate]`` table with its defaults, the setting's [train] config).
+
+    Without an ``[evaluate]`` table: the ``[train]`` prompts, n = 4, seed = 10000, the policy's
+    steps and CFG, no judges. Paths are relative to the setting file, as in ``[train]``.
+    """
+    from recast_cli.train.config import config_from_setting as train_config
+
+    where = f"{setting.file} [evaluate]"
+    # a setting without [train] still has [rewards.NAME] options (judges) to resolve the same way
+    train = train_config(setting.raw if "train" in setting.raw else {**setting.raw, "train": {}}, setting.file)
+    table = setting.raw.get("evaluate", {})
+    if not isinstance(table, dict):
+        raise BadInput(f"{setting.file}: [evaluate] must be a table")
+    unknown = sorted(set(table) - set(EVALUATE_KEYS))
+    if unknown:
+        raise BadInput(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(EVALUATE_KEYS)}")
+    cfg = EvalConfig(prompts=train.prompts)
+    if "prompts" in table:
+        if not isinstance(table["prompts"], str) or not table["prompts"]:
+            raise BadInput(f"{where}: prompts must be 'toy' or a prompt file")
+        prompts = table["prompts"]
+        cfg = replace(cfg, prompts=prompts if prompts == "toy" else str((setting.file.parent / prompts).resolve()))
+    if not cfg.prompts:
+        raise BadInput(f"{setting.file}: no prompts to evaluate on (set [evaluate] prompts, or [train] prompts)")
+    if "judges" in table:
+        judges = table["judges"]
+        if not isinstance(judges, list) or not all(isinstance(j, str) for j in judges):
+            raise BadInput(f"{where}: judges must be a list of scorer names")
+        cfg = replace(cfg, judges=tuple(judges))
+    for key, minimum in (("n", 1), ("seed", 0), ("steps", 1), ("batch_size", 1)):
+        if key in table:
+            cfg = replace(cfg, **{key: _int(table[key], key, where, minimum)})
+    if "guidance_scale" in table:
+        value = table["guidance_scale"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise BadInput(f"{where}: guidance_scale must be a number >= 0, got {value!r}")
+        cfg = replace(cfg, guidance_scale=float(value))
+    return cfg, train
+
+
+def parse_judges(text: str) -> tuple[str, ...]:
+    """``--judges a,b`` → ("a", "b"); an empty string means no judges."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint: int | None = None,
+                    judges: Sequence[str] | None = None, n: int | None = None, seed: int | None = None,
+                    batch_size: int | None = None, device: str | None = None) -> Plan:
+    """Resolve and check an evaluation; BadInput for anything the user can fix (nothing is written)."""
+    from recast_cli.prompts import load_prompts
+    from recast_cli.rewards import scorer_names
+    from recast_cli.settings import check_prompts
+
+    target = resolve_target(run, setting, checkpoint)
+    spec = target.setting.policy
+    if spec.kind != "sd3":
+        raise BadInput(f"setting {target.setting.name!r}: recast evaluate needs an image policy (sd3), "
+                       f"not {spec.kind!r}")
+    cfg, train = config_from_setting(target.setting)
+    flags = {"judges": None if judges is None else tuple(judges), "n": n, "seed": seed, "batch_size": batch_size}
+    cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
+    for key, minimum in (("n", 1), ("seed", 0), ("batch_size", 1)):
+        _int(getattr(cfg, key), key, f"--{key.replace('_', '-')}", minimum)
+    if cfg.n > SEED_STRIDE:
+        raise BadInput(f"--n must be at most {SEED_STRIDE} (image seeds are seed + {SEED_STRIDE}·prompt + k)")
+    if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
+        raise BadInput(f"--device must be cpu or cuda, got {device!r}")
+    if target.run_record is not None:
+        rewards = tuple(target.run_record.get("rewards", ()))
+        lam = tuple(float(x) for x in target.run_record.get("lambda", ()))
+    else:
+        rewards, lam = tuple(train.rewards), tuple(float(x) for x in train.lam)
+    if len(lam) != len(rewards):
+        raise BadInput(f"{target.setting.file}: lambda has {len(lam)} values for {len(rewards)} rewards")
+    known = scorer_names()
+    for name in (*rewards, *cfg.judges):
+        if _label(name) not in known:
+            raise BadInput(f"unknown scorer {name!r}; known: {', '.join(known)}")
+    labels = [_label(name) for name in (*rewards, *cfg.judges)]
+    if len(set(labels)) != len(labels):
+        twice = next(x for x in labels if labels.count(x) > 1)
+        raise BadInput(f"scorer {twice!r} is named twice (a judge that is also a training reward, or a repeat)")
+    if not labels:
+        raise BadInput(f"{target.setting.file}: nothing to score (no [train] rewards and no judges)")
+    prompts, _ = load_prompts(cfg.prompts)
+    check_prompts(spec, prompts)
+    options = {name: _with_device(name, dict(train.reward_options.get(name, {})), device)
+               for name in (*rewards, *cfg.judges)}
+    check_writable(out)
+    for folder in (images_dir(out), parts_dir(out)):
+        if folder.exists() and not folder.is_dir():
+            raise BadInput(f"cannot write {folder}: it is a file")
+    return Plan(target, cfg, prompts, rewards, lam, options, out, device)
+
+
+def _label(name: str) -> str:
+    """A scorer's name in the table: ``NAME@URL`` (a remote scorer) is recorded as NAME."""
+    return name.split("@", 1)[0]
+
+
+def _with_device(name: str, options: dict[str, Any], device: str | None) -> dict[str, Any]:
+    from recast_cli.rewards import scorer_class
+
+    if device is not None and "device" in inspect.signature(scorer_class(name)).parameters:
+        options.setdefault("device", device)
+    return options
+
+
+# ------------------------------------------------------------------ 2. build
+
+
+@dataclass
+class World:
+    policy: Any
+    scorers: list  # Scorer, in Plan.scorers order
+    adapter: Source | None
+    steps: int
+    guidance_scale: float
+
+
+def build_world(plan: Plan) -> World:
+    """The policy (LoRA applied for a run) and every scorer; releases what was built if a step fails."""
+    from recast_cli.rewards import build_scorer
+    from recast_cli.settings import build_policy
+
+    spec = plan.target.setting.policy
+    steps = plan.cfg.steps if plan.cfg.steps is not None else spec.steps
+    guidance = plan.cfg.guidance_scale if plan.cfg.guidance_scale is not None else spec.guidance_scale
+    policy = build_policy(spec, device=plan.device, steps=steps, guidance_scale=guidance)
+    adapter = None
+    if plan.target.checkpoint is not None:
+        from recast_cli.train.params import load_lora_into_policy
+
+        adapter = Source.of(load_lora_into_policy(policy, plan.target.checkpoint))
+    scorers = []
+    try:
+        for name, _ in plan.scorers:
+            scorers.append(build_scorer(name, **plan.options[name]))
+        for scorer in scorers:
+            scorer.check_prompts(plan.prompts)
+    except BaseException:
+        for scorer in scorers:
+            scorer.close()
+        raise
+    return World(policy, scorers, adapter, steps, float(guidance))
+
+
+def run_id(plan: Plan, world: World) -> str:
+    """A hash of everything that decides the table: partial results of another evaluation are never mixed in."""
+    spec = plan.target.setting.policy
+    fixed = {
+        "model": str(spec.path), "model_files": _model_fingerprint(spec.path),
+        "precision": spec.precision, "max_sequence_length": spec.max_sequence_length,
+        "adapter": world.adapter.sha256 if world.adapter else None,
+        "prompts": hashlib.sha256(json.dumps(plan.prompts).encode()).hexdigest(),
+        "n": plan.cfg.n, "seed": plan.cfg.seed, "batch_size": plan.cfg.batch_size,
+        "steps": world.steps, "guidance_scale": world.guidance_scale, "resolution": world.policy.resolution,
+        "scorers": plan.scorers, "options": _public(plan.options), "device": str(world.policy.device.type),
+    }
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _model_fingerprint(folder: Path | None) -> list:
+    """(file, size, mtime) of the model's weight files: cheap, and changes when the model is replaced."""
+    if folder is None:
+        return []
+    return [(str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(Path(folder).rglob("*.safetensors"))]
+
+
+def _public(options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    from recast_cli.rewards.scoring import public_options
+
+    return public_options(options)
+
+
+# ------------------------------------------------------------------ 3. sample and score
+
+
+def image_seed(seed: int, prompt_id: int, k: int) -> int:
+    return seed + SEED_STRIDE * prompt_id + k
+
+
+def evaluation_images(plan: Plan) -> list[EvalImage]:
+    """Every image of the evaluation in order: prompt-major, ``n`` per prompt."""
+    folder = images_dir(plan.out).name
+    return [EvalImage(image_id=p * plan.cfg.n + k, prompt_id=p, prompt=prompt,
+                      seed=image_seed(plan.cfg.seed, p, k), image_path=f"{folder}/{p:05d}/{k:03d}.png")
+            for p, prompt in enumerate(plan.prompts) for k in range(plan.cfg.n)]
+
+
+def sample_chunk(world: World, images: Sequence[EvalImage]) -> list[Image.Image]:
+    """Deterministic ODE samples (E1 with noise level 0) from each image's seed, as 8-bit RGB."""
+    policy = world.policy
+    prompts = [im.prompt for im in images]
+    for prompt in dict.fromkeys(prompts):  # one at a time: an embedding must not depend on its batch
+        policy.encode_prompts([prompt])
+    seeds = torch.tensor([im.seed for im in images], dtype=torch.int64)
+    latents = policy.sample(policy.encode_prompts(prompts), 0.0, seeds, keep_log_probs=False).states[:, -1]
+    pixels = (policy.decode(latents).float().clamp(0, 1) * 255).round().to(torch.uint8)
+    return [Image.fromarray(p.permute(1, 2, 0).cpu().numpy()) for p in pixels]
+
+
+def score_chunk(plan: Plan, world: World, pictures: list[Image.Image], prompts: list[str]) -> dict[str, list[float]]:
+    """Every scorer on the saved (8-bit) images: the scores can be recomputed from the PNG files."""
+    out = {}
+    for (name, _), scorer in zip(plan.scorers, world.scorers):
+        values = np.asarray(scorer.score(pictures, prompts), dtype=np.float64)
+        if values.shape != (len(prompts),) or not np.all(np.isfinite(values)):
+            raise RuntimeError(f"scorer {name} returned {values.shape} values or non-finite scores")
+        out[_label(name)] = values.tolist()
+    return out
+
+
+def evaluate(plan: Plan, quiet: bool = False) -> EvalTable:
+    """Steps 2-4: the whole evaluation, resumable through ``OUT.parts/``; returns the table written."""
+    world = build_world(plan)
+    try:
+        return _evaluate(plan, world, quiet)
+    finally:
+        for scorer in world.scorers:
+            scorer.close()
+
+
+def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
+    parts = parts_dir(plan.out)
+    staged = parts / "images"
+    rid = run_id(plan, world)
+    marker = parts / "run.json"
+    if marker.is_file():
+        try:
+            previous = json.loads(marker.read_text()).get("run_id")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            previous = None
+        if previous != rid:
+            raise BadInput(f"{parts} holds partial results of another evaluation; remove it or rerun with the "
+                           "same options")
+    else:
+        parts.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(marker, json.dumps({"run_id": rid, "out": str(plan.out)}, sort_keys=True).encode())
+    images = evaluation_images(plan)
+    size = plan.cfg.batch_size
+    chunks = [images[i: i + size] for i in range(0, len(images), size)]
+
+    def chunk_file(c: int) -> Path:
+        return parts / f"chunk-{c:06d}.json"
+
+    columns = [TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("images"), TimeRemainingColumn()]
+    with Progress(*columns, disable=quiet) as progress:
+        task = progress.add_task("evaluate", total=len(images))
+        for c, chunk in enumerate(chunks):
+            if chunk_file(c).is_file():
+                progress.advance(task, len(chunk))
+                continue
+            pictures = sample_chunk(world, chunk)
+            for im, picture in zip(chunk, pictures):
+                path = staged / Path(im.image_path).relative_to(images_dir(plan.out).name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                picture.save(path, format="PNG")
+            scores = score_chunk(plan, world, pictures, [im.prompt for im in chunk])
+            # written last: a chunk counts as done only with its images and every score on disk
+            atomic_write_bytes(chunk_file(c), json.dumps({"image_ids": [im.image_id for im in chunk],
+                                                          "scores": scores}).encode())
+            progress.advance(task, len(chunk))
+    labels = [_label(name) for name, _ in plan.scorers]
+    rows = []
+    for c, chunk in enumerate(chunks):
+        done = json.loads(chunk_file(c).read_text())
+        if done["image_ids"] != [im.image_id for im in chunk]:
+            raise RuntimeError(f"{chunk_file(c)} holds other images than chunk {c}")
+        rows.extend(np.array([done["scores"][label] for label in labels], dtype=np.float64).T)
+    table = EvalTable(images=tuple(images), scorers=tuple(labels), kinds=tuple(k for _, k in plan.scorers),
+                      scores=np.stack(rows), meta=_metadata(plan, world, rid))
+    final = images_dir(plan.out)
+    if staged.is_dir():  # a rerun after a crash past this point finds the images already moved
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staged, final)
+    write_eval(plan.out, table, config=_config(plan, world), sources=_sources(plan, world))
+    shutil.rmtree(parts, ignore_errors=True)
+    return table
+
+
+# ------------------------------------------------------------------ 4. the record
+
+
+def _metadata(plan: Plan, world: World, rid: str) -> dict[str, Any]:
+    target = plan.target
+    record = target.run_record or {}
+    checkpoint = None
+    if target.checkpoint is not None:
+        checkpoint = {"path": str(target.checkpoint), "step": target.step, "adapter_sha256": world.adapter.sha256}
+    return {
+        "setting": {"path": str(target.setting.file), "name": target.setting.name},
+        "mode": target.mode,
+        "run": str(target.run) if target.run is not None else None,
+        "train_seed": record.get("config", {}).get("train", {}).get("seed") if target.run is not None else None,
+        "lambda": list(plan.lam),
+        "rewards": [_label(r) for r in plan.rewards],
+        "judges": [_label(j) for j in plan.cfg.judges],
+        "weights_key": record.get("config", {}).get("weights_key") if target.run is not None else None,
+        "sigmas": record.get("sigmas") if target.run is not None else None,
+        "checkpoint": checkpoint,
+        "sampling": {"steps": world.steps, "guidance_scale": world.guidance_scale,
+                     "resolution": world.policy.resolution, "n": plan.cfg.n, "seed": plan.cfg.seed,
+                     "noise_level": 0.0, "seed_rule": f"seed + {SEED_STRIDE}·prompt_id + k"},
+        "prompts_source": plan.cfg.prompts,
+        "run_id": rid,
+    }
+
+
+def _config(plan: Plan, world: World) -> dict[str, Any]:
+    cfg = asdict(plan.cfg)
+    cfg.update(steps=world.steps, guidance_scale=world.guidance_scale)
+    return {"evaluate": cfg, "scorers": [{"name": _label(n), "kind": k} for n, k in plan.scorers],
+            "options": _public(plan.options), "device": str(world.policy.device)}
+
+
+def _sources(plan: Plan, world: World) -> list[Source]:
+    sources = [Source.of(plan.target.setting.file)]
+    if plan.target.run is not None:
+        sources.append(Source.of(plan.target.run / "run.json"))
+    if world.adapter is not None:
+        sources.append(world.adapter)
+    if plan.cfg.prompts != "toy":
+        sources.append(Source.of(plan.cfg.prompts))
+    return sources

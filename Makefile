@@ -46,8 +46,9 @@ test: $(STAMP) $(SIDE_HPS)
 	$(BIN)/python -m pytest -q
 	PYTHONPATH=$(SIDE)/hps:$(SIDE)/ir $(BIN)/python -m pytest -q -p no:cacheprovider tests/rewards/test_isolated_scorers.py
 
-# Stage 1 of the toy world end to end (renderer positives → gain curves on the shipped toy model
-# → W → Fig. 1), then W on the exact gain table of the analytic gmm1d world.
+# The toy world end to end: stage 1 (renderer positives → gain curves on the shipped toy model
+# → W → Fig. 1), four steps of stage 2 (recast train with that W), then W on the exact gain
+# table of the analytic gmm1d world.
 demo: $(STAMP)
 	$(BIN)/recast sample-positive --setting toy --source renderer --n 4 --out $(DEMO)/positives
 	$(BIN)/recast estimate --policy toy --rewards toy_color,toy_shape,toy_sharpness --positives $(DEMO)/positives \
@@ -55,6 +56,8 @@ demo: $(STAMP)
 	$(BIN)/recast solve-w --gains $(DEMO)/gains.parquet --lambda 1,1,1 --out $(DEMO)/W-recast.safetensors
 	$(BIN)/recast inspect $(DEMO)/W-recast.safetensors --plot $(DEMO)/fig1.png
 	$(BIN)/recast plot --gains $(DEMO)/gains.parquet --d-curves --out $(DEMO)/D.png
+	rm -rf $(DEMO)/run
+	$(BIN)/recast train --setting toy --weights $(DEMO)/W-recast.safetensors --out $(DEMO)/run --max-steps 4 --save-every 2
 	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --out $(DEMO)/gmm1d-W.safetensors
 	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --steps 10 --out $(DEMO)/gmm1d-W-T10.safetensors
 
@@ -63,6 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rollouts.py
 	$(BIN)/python -m benchmarks.bench_estimate
 	$(BIN)/python benchmarks/bench_rewards.py
+	$(BIN)/python -m benchmarks.bench_train
 
 # Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
 example: $(STAMP)

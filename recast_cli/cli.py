@@ -363,6 +363,12 @@ register_positive_commands(app)
 from recast_cli.train.commands import register as register_train_commands  # noqa: E402
 
 register_train_commands(app)
+from recast_cli.settings_check import register as register_check_setting  # noqa: E402
+register_check_setting(app)
+from recast_cli.evaluate.commands import register as register_evaluate_commands  # noqa: E402
+register_evaluate_commands(app)
+from recast_cli.report import register as register_report_command  # noqa: E402
+register_report_command(app)
 
 
 def main() -> None:

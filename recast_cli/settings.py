@@ -82,6 +82,16 @@ def load_setting(name_or_path: str) -> Setting:
     return Setting(name=path.stem, file=path, policy=spec, raw=raw)
 
 
+def reward_options(setting: Setting) -> dict[str, dict[str, Any]]:
+    """The ``[rewards.NAME]`` option tables of a setting, weight paths made absolute against its folder."""
+    from recast_cli.settings_check import resolve_reward_options
+
+    tables = setting.raw.get("rewards", {})
+    if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
+        raise BadInput(f"{setting.file}: [rewards.NAME] tables must hold the options of reward NAME")
+    return {name: resolve_reward_options(name, opts, setting.file.parent) for name, opts in tables.items()}
+
+
 def check_prompts(spec: PolicySpec, prompts: list[str]) -> None:
     """The setting's prompt check (the toy world accepts only its vocabulary)."""
     if spec.prompt_check == "toy":

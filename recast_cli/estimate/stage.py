@@ -183,7 +183,7 @@ def build_world(cfg: EstimateConfig) -> World:
                      {"name": "gmm1d", "steps": cfg.steps}, {"source": "exact"} if cfg.sampling == "pplus" else {},
                      [], True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
 
-    from recast_cli.settings import build_policy, check_prompts, load_setting
+    from recast_cli.settings import build_policy, check_prompts, load_setting, reward_options
 
     known = scorer_names()
     unknown = [r for r in cfg.rewards if r.split("@")[0] not in known]
@@ -238,7 +238,8 @@ def build_world(cfg: EstimateConfig) -> World:
         source = Source.of(adapter)
         sources.append(source)
         lora_info = {"checkpoint": str(checkpoint), "adapter": str(adapter), "adapter_sha256": source.sha256}
-    scorers = [build_scorer(r) for r in cfg.rewards]
+    options = reward_options(setting)
+    scorers = [build_scorer(r, **options.get(r, {})) for r in cfg.rewards]
 
     def positives(p: int) -> list[torch.Tensor]:
         if pos is None:

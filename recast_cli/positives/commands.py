@@ -104,12 +104,14 @@ def sample_positive_command(
             src = GeminiSource(model=model, aspect_ratio=size, concurrency=concurrency, retry=policy)
     else:
         from recast_cli.positives.sir import SelfSource
+        from recast_cli.settings import reward_options
 
         if spec_setting is None:
             raise BadInput("--source self samples the setting's policy: give --setting")
         names = [r.strip() for r in (rewards or _setting_rewards(spec_setting)).split(",") if r.strip()]
         src = SelfSource(spec_setting.policy, names, draws=draws or 8 * n, n=n, beta=beta, standardise=standardise,
-                         noise_level=noise_level, steps=steps, guidance_scale=cfg, batch=batch, device=device)
+                         noise_level=noise_level, steps=steps, guidance_scale=cfg, batch=batch, device=device,
+                         reward_options=reward_options(spec_setting))
     flags = {"rewards": rewards, "draws": draws, "beta": beta, "standardise": standardise, "noise_level": noise_level,
              "steps": steps, "cfg": cfg, "batch": batch, "model": model, "size": size, "quality": quality,
              "concurrency": concurrency, "retries": retries, "timeout": timeout, "backoff": backoff}

@@ -69,8 +69,10 @@ class SelfSource(PositiveSource):
 
     def __init__(self, spec, rewards: Sequence[str], draws: int, n: int, beta: float = 1.0,
                  standardise: bool = True, noise_level: float | None = None, steps: int | None = None,
-                 guidance_scale: float | None = None, batch: int = 8, device: str | None = None):
+                 guidance_scale: float | None = None, batch: int = 8, device: str | None = None,
+                 reward_options: dict | None = None):
         self.spec = spec
+        self.reward_options = reward_options or {}
         self.names = tuple(rewards)
         self.draws = draws
         self.n = n
@@ -107,7 +109,7 @@ class SelfSource(PositiveSource):
         if self.noise_level < 0 or self.steps < 1:
             raise BadInput("--noise-level must be >= 0 and --steps >= 1")
         for name in self.names:
-            self.scorers[name] = build_scorer(name)
+            self.scorers[name] = build_scorer(name, **self.reward_options.get(name, {}))
             self.scorers[name].check_prompts(list(prompts))
 
     def produce(self, jobs: Sequence[Job]) -> Iterator[Outcome]:

@@ -148,10 +148,9 @@ def config_from_setting(raw: dict[str, Any], setting_file: Path) -> TrainConfig:
     options = raw.get("rewards", {})
     if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
         raise BadInput(f"{setting_file}: [rewards.NAME] tables must hold the options of reward NAME")
-    resolved = {}
-    for name, opts in options.items():
-        resolved[name] = {k: (str((setting_file.parent / v).resolve()) if k.endswith("path") and isinstance(v, str)
-                              else v) for k, v in opts.items()}
+    from recast_cli.settings_check import resolve_reward_options  # every weight-path option of the scorer
+
+    resolved = {name: resolve_reward_options(name, opts, setting_file.parent) for name, opts in options.items()}
     return replace(TrainConfig(), **values, reward_options=resolved)
 
 

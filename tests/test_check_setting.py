@@ -1,0 +1,222 @@
+"""`recast check-setting`: the shipped settings, the paper settings over tiny stand-ins, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recast_cli.cli import app
+from recast_cli.errors import BadInput
+from recast_cli.settings import load_setting
+from recast_cli.settings_check import StudySpec, load_study, resolve_reward_options
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINES = ROOT / "pipelines"
+runner = CliRunner()
+
+GENEVAL_ROWS = [
+    {"tag": "single_object", "include": [{"class": "cat", "count": 1}], "prompt": "a photo of a cat"},
+    {"tag": "two_object", "include": [{"class": "cat", "count": 1}, {"class": "dog", "count": 1}],
+     "prompt": "a photo of a cat and a dog"},
+]
+
+
+def check(*args) -> object:
+    return runner.invoke(app, ["check-setting", *(str(a) for a in args)])
+
+
+def assert_one_line_exit_2(result, *needles: str) -> str:
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory) -> Path:
+    """A tree laid out as the paper settings expect: pipelines/ (verbatim copies), models/, data/.
+
+    The SD3 folder is a tiny randomly initialised SD3-architecture pipeline in diffusers layout;
+    the reward weights are files and folders of the names and kinds the checks look for.
+    """
+    from recast_cli.toy.model import build_pipeline, save_pipeline
+    from recast_cli.toy.pretrain import toy_words
+
+    root = tmp_path_factory.mktemp("paper")
+    (root / "pipelines").mkdir()
+    for name in ("ocr", "geneval"):
+        (root / "pipelines" / f"{name}.toml").write_text((PIPELINES / f"{name}.toml").read_text())
+    models = root / "models"
+    save_pipeline(build_pipeline(toy_words(), with_t5=True), models / "stable-diffusion-3.5-medium")
+    for folder, marker in (("clip-vit-large-patch14", "config.json"), ("PickScore_v1", "config.json"),
+                           ("CLIP-ViT-H-14-laion2B-s32B-b79K", "preprocessor_config.json")):
+        (models / folder).mkdir(parents=True)
+        (models / folder / marker).write_text("{}")
+    for file in ("HPSv2/HPS_v2.1_compressed.pt", "aesthetic/sac+logos+ava1-l14-linearMSE.pth",
+                 "ImageReward/ImageReward.pt", "ImageReward/med_config.json", "HPSv3/HPSv3.safetensors"):
+        (models / file).parent.mkdir(parents=True, exist_ok=True)
+        (models / file).write_bytes(b"stand-in")
+    ocr = root / "data" / "ocr"
+    ocr.mkdir(parents=True)
+    (ocr / "train.txt").write_text('A shop sign that reads "OPEN"\nA poster with the words "Hello World"\n')
+    (ocr / "test.txt").write_text('A mug printed with "coffee"\n')
+    (ocr / "estimate.txt").write_text('A shop sign that reads "OPEN"\n')
+    geneval = root / "data" / "geneval"
+    geneval.mkdir(parents=True)
+    lines = "".join(json.dumps(row) + "\n" for row in GENEVAL_ROWS)
+    (geneval / "train_metadata.jsonl").write_text(lines)
+    (geneval / "test_metadata.jsonl").write_text(lines)
+    (geneval / "metadata.jsonl").write_text(lines)
+    (geneval / "estimate.txt").write_text("a photo of a cat\n")
+    return root
+
+
+def variant(standins: Path, base: str, name: str, old: str, new: str) -> Path:
+    """A copy of a paper setting beside it (same relative paths) with ``old`` replaced by ``new``."""
+    text = (standins / "pipelines" / f"{base}.toml").read_text()
+    assert old in text, old
+    path = standins / "pipelines" / f"{name}.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def test_toy_setting_passes():
+    result = check("toy")
+    assert result.exit_code == 0, result.stderr
+    assert "all" in result.stdout and "checks passed" in result.stdout
+    assert "[policy]" in result.stdout and "24 prompts" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["ocr", "geneval"])
+def test_paper_settings_name_the_missing_model_folder(name):
+    setting = load_setting(name)
+    if setting.policy.path.exists():
+        pytest.skip(f"{setting.policy.path} exists in this checkout")
+    assert_one_line_exit_2(check(name), f"{name}.toml", "stable-diffusion-3.5-medium", "does not exist")
+
+
+@pytest.mark.parametrize("name", ["ocr", "geneval"])
+def test_paper_settings_pass_over_standins(standins, name):
+    result = check(standins / "pipelines" / f"{name}.toml")
+    assert result.exit_code == 0, result.stderr
+    assert "checks passed" in result.stdout
+    for scorer in ("clip", "hps", "pick", "imagereward", "aesthetic", "hpsv3", "unifiedreward"):
+        assert f"scorer {scorer}" in result.stdout
+
+
+def test_train_lambda_of_the_wrong_length_is_bad_input(standins):
+    path = variant(standins, "ocr", "short-lambda", "lambda = [1, 1, 1, 1]", "lambda = [1, 1, 1]")
+    assert_one_line_exit_2(check(path), "lambda has 3 values for 4 rewards")
+
+
+def test_study_budget_of_the_wrong_length_is_bad_input(standins):
+    path = variant(standins, "ocr", "short-budget", "[1, 1, 1, 2]", "[1, 1, 2]")
+    assert_one_line_exit_2(check(path), "[study] budgets[1] has 3 values for 4 rewards")
+
+
+def test_missing_prompts_file_is_named(standins):
+    path = variant(standins, "ocr", "no-prompts", 'prompts = "../data/ocr/train.txt"',
+                   'prompts = "../data/ocr/missing.txt"')
+    assert_one_line_exit_2(check(path), "[train] prompts", "missing.txt", "does not exist")
+
+
+def test_missing_reward_weight_is_named(standins):
+    path = variant(standins, "ocr", "no-hps", 'weights = "../models/HPSv2/HPS_v2.1_compressed.pt"',
+                   'weights = "../models/HPSv2/gone.pt"')
+    assert_one_line_exit_2(check(path), "scorer hps", "gone.pt", "does not exist")
+
+
+@pytest.mark.parametrize(("old", "new", "needle"), [
+    ("[study]\n", "[study]\nseed = 3\n", "[study]: unknown key seed"),
+    ("[evaluate]\n", "[evaluate]\njudge = []\n", "[evaluate]: unknown key 'judge'"),
+    ("[train]\n", "[train]\nlearning_rat = 1e-4\n", "unknown [train] key 'learning_rat'"),
+    ("[rewards.clip]\n", "[rewards.clip]\nweight = \"x\"\n", "scorer clip: unknown option weight"),
+    ("[positives]\n", "[positives]\nsource = \"openai\"\n", "[positives]: unknown key source"),
+    ("[study]\n", "[sweep]\nx = 1\n\n[study]\n", "unknown table [sweep]"),
+    ("[rewards.clip]\n", "[rewards.clipscore]\n", "no scorer 'clipscore'"),
+])
+def test_unknown_tables_keys_and_options_are_bad_input(standins, old, new, needle):
+    path = variant(standins, "ocr", "unknown", old, new)
+    assert_one_line_exit_2(check(path), needle)
+
+
+@pytest.mark.parametrize(("old", "new", "needle"), [
+    ('modes = ["static", "recast", "nosink"]', 'modes = ["static", "sinkhorn"]', "modes must be distinct values"),
+    ("seeds = [0, 1, 2]", "seeds = [0, 0]", "seeds must be distinct"),
+    ("[2, 1, 1, 1]]", "[2, 1, 1, -1]]", "budgets[4]"),
+    ('positives = "openai"', 'positives = "folder:../positives"', "positives folder"),
+    ("resolution = 512", "resolution = 500", "resolution 500 is not a positive multiple of 8"),
+])
+def test_malformed_study_and_policy_values_are_bad_input(standins, old, new, needle):
+    path = variant(standins, "ocr", "malformed", old, new)
+    assert_one_line_exit_2(check(path), needle)
+
+
+def test_ocr_prompt_without_quoted_text_is_bad_input(standins):
+    (standins / "data" / "ocr" / "unquoted.txt").write_text("A shop sign\n")
+    path = variant(standins, "ocr", "unquoted", 'prompts = "../data/ocr/train.txt"',
+                   'prompts = "../data/ocr/unquoted.txt"')
+    assert_one_line_exit_2(check(path), "[train] prompts", "no quoted text")
+
+
+def test_geneval_prompt_without_metadata_is_bad_input(standins):
+    (standins / "data" / "geneval" / "other.txt").write_text("a photo of a zebra\n")
+    path = variant(standins, "geneval", "no-meta", 'prompts = "../data/geneval/estimate.txt"',
+                   'prompts = "../data/geneval/other.txt"')
+    assert_one_line_exit_2(check(path), "[positives]", "no metadata for prompt 'a photo of a zebra'")
+
+
+def test_all_lists_every_problem_and_still_exits_2(standins):
+    text = (standins / "pipelines" / "ocr.toml").read_text()
+    path = standins / "pipelines" / "many.toml"
+    path.write_text(text.replace("lambda = [1, 1, 1, 1]", "lambda = [1, 1]")
+                    .replace('prompts = "../data/ocr/test.txt"', 'prompts = "../data/ocr/held-out.txt"'))
+    result = check(path, "--all")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, result.stderr
+    assert "lambda has 2 values" in lines[0] and "held-out.txt" in lines[1]
+    assert "FAIL" in result.stdout
+
+
+def test_load_study_gives_the_driver_its_sweep(standins):
+    study = load_study(load_setting(str(standins / "pipelines" / "ocr.toml")))
+    assert study.rewards == ("clip", "hps", "pick", "ocr")
+    assert len(study.budgets) == 5 and study.seeds == (0, 1, 2) and study.modes == ("static", "recast", "nosink")
+    assert (study.warmup_steps, study.estimate_steps, study.n, study.k, study.alpha) == (60, 25, 8, 16, 2.0)
+    assert study.positives == "openai" and study.positives_path() is None
+    assert StudySpec.label(study.budgets[1]) == "1-1-1-2" and StudySpec.lambda_arg(study.budgets[1]) == "1,1,1,2"
+
+
+def test_folder_positives_resolve_against_the_setting_folder(standins):
+    path = variant(standins, "ocr", "folder-positives", 'positives = "openai"', 'positives = "folder:../pos"')
+    study = load_study(load_setting(str(path)))
+    assert study.positives_path() == (standins / "pos").resolve()
+
+
+def test_toy_study_uses_the_paper_budget_rule_for_three_rewards():
+    study = load_study(load_setting("toy"))
+    m = len(study.rewards)
+    assert study.budgets[0] == (1.0,) * m
+    doubled = {b.index(2.0) for b in study.budgets[1:]}
+    assert len(study.budgets) == m + 1 and doubled == set(range(m))
+
+
+def test_reward_path_options_resolve_against_the_setting_folder(tmp_path):
+    options = resolve_reward_options("pick", {"weights": "../models/p", "processor": "/abs/q", "device": "cuda"},
+                                     tmp_path / "pipelines")
+    assert options == {"weights": str((tmp_path / "models" / "p").resolve()), "processor": "/abs/q", "device": "cuda"}
+    assert resolve_reward_options("geneval", {"metadata": "m.jsonl", "url": "http://x"}, tmp_path)["url"] == "http://x"
+
+
+def test_study_without_train_rewards_is_bad_input(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[policy]\nkind = "gmm1d"\n\n[study]\nbudgets = [[1]]\n')
+    with pytest.raises(BadInput, match="need \\[train\\] rewards"):
+        load_study(load_setting(str(path)))

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 EXAMPLE := pipelines/examples/gmm1d-exact-alpha2.parquet
 DEMO   := artifacts/demo
 
-.PHONY: setup test demo bench example clean
+.PHONY: setup test demo bench example clean all
 
 setup: $(STAMP)
 
@@ -71,6 +71,19 @@ bench: $(STAMP)
 # Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
 example: $(STAMP)
 	$(BIN)/python -m recast_cli.policy.gmm1d $(EXAMPLE)
+
+# A setting's whole study (pipelines/$(SETTING).toml [study]): warmup → positives → estimate →
+# solve-w per budget × mode → train × seeds → evaluate → report, as a Make graph over the
+# artifact files in artifacts/$(SETTING)/ (an interrupted study resumes). JOBS runs that many
+# recipes at once (one CPU thread each on CPUs: OMP_NUM_THREADS=1).
+SETTING ?= toy
+JOBS ?= 1
+STUDY := artifacts/$(SETTING)
+all: $(STAMP)
+	mkdir -p $(STUDY)
+	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
+	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
+	$(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all
 
 clean:
 	rm -rf $(VENV) $(SIDE) $(DEMO) .pytest_cache

@@ -369,6 +369,8 @@ from recast_cli.evaluate.commands import register as register_evaluate_commands 
 register_evaluate_commands(app)
 from recast_cli.report import register as register_report_command  # noqa: E402
 register_report_command(app)
+from recast_cli.study import register as register_study_command  # noqa: E402
+register_study_command(app)
 
 
 def main() -> None:

@@ -201,11 +201,13 @@ def test_folder_positives_resolve_against_the_setting_folder(standins):
 
 
 def test_toy_study_uses_the_paper_budget_rule_for_three_rewards():
+    """Uniform, each reward doubled in turn (the paper's rule), and a fifth budget (1, 2, 2)."""
     study = load_study(load_setting("toy"))
     m = len(study.rewards)
     assert study.budgets[0] == (1.0,) * m
-    doubled = {b.index(2.0) for b in study.budgets[1:]}
-    assert len(study.budgets) == m + 1 and doubled == set(range(m))
+    doubled = {b.index(2.0) for b in study.budgets[1:m + 1]}
+    assert doubled == set(range(m)) and all(b.count(2.0) == 1 for b in study.budgets[1:m + 1])
+    assert study.budgets[m + 1:] == ((1.0, 2.0, 2.0),) and len(study.budgets) == 5
 
 
 def test_reward_path_options_resolve_against_the_setting_folder(tmp_path):

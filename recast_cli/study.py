@@ -6,7 +6,9 @@ resumes without redoing finished artifacts (each stage is itself resumable or at
 
     warmup (static λ, base model)  →  positives  →  estimate at the warmup checkpoint
       →  solve-w for every budget × mode  →  train every budget × mode × seed (from the warmup)
-      →  evaluate every run (+ the base model)  →  report
+      →  evaluate every run (+ the base model)
+      →  estimate D at the base model and at the first budget's and seed's static and ReCAST
+         checkpoints (Table 6 / Fig. 5)  →  report
 
 Runs write ``.done`` stamps only after ``recast train`` exits 0 (it trains to max_steps and
 saves its last checkpoint), so a killed run is resumed with ``--resume``, not skipped.
@@ -73,12 +75,17 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
             ]
             estimate_src = " --positives $(R)/positives"
     p_flag = f" --p {study.p}" if study.p else ""
-    lines += [
-        f"{gains}: {warm_dep} {positives_dep}".rstrip(),
-        f"\t$(RECAST) estimate --policy {policy} --rewards {rewards}{estimate_src} --sampling {study.sampling} "
-        f"--steps {study.estimate_steps} --n {study.n} --k {study.k}{p_flag} --alpha {study.alpha:g} --out $@",
-        "",
-    ]
+
+    def estimate(target: str, at: str, deps: str) -> list[str]:
+        return [f"{target}: {deps}".rstrip(),
+                f"\t$(RECAST) estimate --policy {at} --rewards {rewards}{estimate_src} --sampling {study.sampling} "
+                f"--steps {study.estimate_steps} --n {study.n} --k {study.k}{p_flag} --alpha {study.alpha:g} --out $@",
+                ""]
+
+    lines += estimate(gains, policy, f"{warm_dep} {positives_dep}")
+    # Table 6 / Fig. 5: D at the base model and at the trained checkpoints of the first budget and seed
+    d_tables = ["$(R)/gains/base.parquet"] if study.warmup_steps > 0 else []
+    lines += estimate("$(R)/gains/base.parquet", S, positives_dep) if d_tables else []
     # W per budget and mode, runs per budget × mode × seed, evaluations
     evals, runs = ["$(R)/evals/base.parquet"], []
     lines += [
@@ -98,6 +105,9 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
             ]
             for seed in study.seeds:
                 run = f"$(R)/runs/{label}/{mode}-s{seed}"
+                if budget == study.budgets[0] and seed == study.seeds[0] and mode in ("static", "recast"):
+                    d_tables.append(f"$(R)/gains/{label}-{mode}-s{seed}.parquet")
+                    lines += estimate(d_tables[-1], run, f"{run}/.done {positives_dep}")
                 ev = f"$(R)/evals/{label}/{mode}-s{seed}.parquet"
                 runs.append(run)
                 evals.append(ev)
@@ -111,12 +121,12 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
                     f"\t$(RECAST) evaluate --run {run} --out $@ --quiet",
                     "",
                 ]
-    gain_input = f" {gains}"
+    gain_input = " " + " ".join([gains, *d_tables])
     lines += [
         f"RUNS := {' '.join(runs)}",
         f"EVALS := {' '.join(evals)}",
         "",
-        "$(R)/report/report.md: $(EVALS) $(addsuffix /.done,$(RUNS))",
+        f"$(R)/report/report.md: $(EVALS) $(addsuffix /.done,$(RUNS)){gain_input}",
         f"\t$(RECAST) report $(EVALS) $(RUNS){gain_input} --out $(R)/report",
         "",
     ]

@@ -54,7 +54,7 @@ def test_study_runs_end_to_end_and_resumes(tmp_path):
     first = _make(mk, tmp_path)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     report = root / "report" / "report.md"
-    assert report.is_file() and "ReCAST" in report.read_text()
+    assert report.is_file() and "ReCAST" in report.read_text() and "Table 6" in report.read_text()
     for mode in ("static", "recast"):
         assert (root / "runs" / "1-2-1" / f"{mode}-s0" / ".done").is_file()
         assert (root / "evals" / "1-2-1" / f"{mode}-s0.parquet").is_file()
@@ -70,7 +70,8 @@ def test_study_runs_end_to_end_and_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     recipes = [line for line in resumed.stdout.splitlines() if " --out " in line]
     redone = sorted(line.split(" --out ")[1].split()[0].rsplit("/", 3)[-1] for line in recipes)
-    assert redone == ["recast-s0", "recast-s0.parquet", "report"], redone  # train, evaluate, report
+    # train, its D estimate (Table 6), its evaluation, the report
+    assert redone == ["1-2-1-recast-s0.parquet", "recast-s0", "recast-s0.parquet", "report"], redone
     assert (root / "gains.parquet").stat().st_mtime_ns == gains_mtime
     assert (root / "evals" / "1-2-1" / "static-s0.parquet").stat().st_mtime_ns == static_eval
     assert (root / "evals" / "1-2-1" / "recast-s0.parquet").is_file()

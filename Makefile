@@ -75,7 +75,7 @@ example: $(STAMP)
 # A setting's whole study (pipelines/$(SETTING).toml [study]): warmup → positives → estimate →
 # solve-w per budget × mode → train × seeds → evaluate → report, as a Make graph over the
 # artifact files in artifacts/$(SETTING)/ (an interrupted study resumes). JOBS runs that many
-# recipes at once (one CPU thread each on CPUs: OMP_NUM_THREADS=1).
+# recipes at once; each gets one CPU thread unless OMP_NUM_THREADS says otherwise.
 SETTING ?= toy
 JOBS ?= 1
 STUDY := artifacts/$(SETTING)
@@ -83,7 +83,7 @@ all: $(STAMP)
 	mkdir -p $(STUDY)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
-	$(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all
 
 clean:
 	rm -rf $(VENV) $(SIDE) $(DEMO) .pytest_cache

@@ -39,7 +39,8 @@ PATH_SOURCES = ("folder", "diffusers")
 #: Scorer options that name a file but have no WeightSpec (those are found in the scorer's module).
 EXTRA_PATH_OPTIONS = {"geneval": ("metadata",), "hpsv3": ("config",)}
 #: What a folder-valued weight must hold to be a transformers model (or processor) folder.
-FOLDER_MARKERS = {("pick", "processor"): "preprocessor_config.json"}
+#: (transformers 5 writes processor_config.json where older releases wrote preprocessor_config.json)
+FOLDER_MARKERS = {("pick", "processor"): ("preprocessor_config.json", "processor_config.json")}
 
 
 # --------------------------------------------------------------------------- [study] and [evaluate]
@@ -265,11 +266,11 @@ def check_scorer(name: str, options: dict[str, Any], needed: bool) -> str:
 
 def _check_weight_shape(name: str, spec, path: Path) -> None:
     if spec.hf_file is None:
-        marker = FOLDER_MARKERS.get((name, spec.option), "config.json")
+        markers = FOLDER_MARKERS.get((name, spec.option), ("config.json",))
         if not path.is_dir():
             raise BadInput(f"{spec.option}: {spec.what} {path} is not a folder")
-        if not (path / marker).is_file():
-            raise BadInput(f"{spec.option}: {path} has no {marker} (not a {spec.what})")
+        if not any((path / marker).is_file() for marker in markers):
+            raise BadInput(f"{spec.option}: {path} has no {' or '.join(markers)} (not a {spec.what})")
     elif not path.is_file():
         raise BadInput(f"{spec.option}: {spec.what} {path} is not a file")
 
@@ -497,6 +498,11 @@ def _check_study_sources(setting: Setting, study: StudySpec) -> str:
         if study.sampling == "pplus" and setting.policy.prompt_check != "toy":
             raise BadInput("π⁺-sampling (sampling = \"pplus\") needs positives = a recast sample-positive source")
         return "none"
+    if study.positives == "self":
+        table = setting.raw.get("positives")
+        if not (isinstance(table, dict) and table.get("rewards")):
+            raise BadInput("positives = \"self\" (SIR from the policy) needs [positives] rewards = the rewards "
+                           "that tilt the samples")
     if study.positives == "renderer" and setting.policy.prompt_check != "toy":
         raise BadInput("positives = \"renderer\" draws only the toy vocabulary (policy prompt_check = \"toy\")")
     path = study.positives_path()

@@ -222,3 +222,18 @@ def test_study_without_train_rewards_is_bad_input(tmp_path):
     path.write_text('[policy]\nkind = "gmm1d"\n\n[study]\nbudgets = [[1]]\n')
     with pytest.raises(BadInput, match="need \\[train\\] rewards"):
         load_study(load_setting(str(path)))
+
+
+def test_self_positives_need_the_tilting_rewards(standins):
+    path = variant(standins, "ocr", "self-positives", 'positives = "openai"', 'positives = "self"')
+    assert_one_line_exit_2(check(path), "[positives] rewards")
+
+
+def test_processor_folder_written_by_transformers_5_passes(standins):
+    folder = standins / "models" / "CLIP-ViT-H-14-laion2B-s32B-b79K"
+    (folder / "preprocessor_config.json").rename(folder / "processor_config.json")
+    try:
+        result = check(standins / "pipelines" / "ocr.toml")
+        assert result.exit_code == 0, result.stderr
+    finally:
+        (folder / "processor_config.json").rename(folder / "preprocessor_config.json")

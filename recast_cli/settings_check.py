@@ -38,6 +38,8 @@ PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
 PATH_SOURCES = ("folder", "diffusers")
 #: Scorer options that name a file but have no WeightSpec (those are found in the scorer's module).
 EXTRA_PATH_OPTIONS = {"geneval": ("metadata",), "hpsv3": ("config",)}
+#: Options that hold a model name or, ending in .json, a config file path.
+CONFIG_OR_NAME_OPTIONS = {"hps": ("arch",)}
 #: What a folder-valued weight must hold to be a transformers model (or processor) folder.
 #: (transformers 5 writes processor_config.json where older releases wrote preprocessor_config.json)
 FOLDER_MARKERS = {("pick", "processor"): ("preprocessor_config.json", "processor_config.json")}
@@ -214,6 +216,9 @@ def reward_path_options(name: str) -> frozenset[str]:
 def resolve_reward_options(name: str, options: dict[str, Any], base: Path) -> dict[str, Any]:
     """``options`` with every relative path option made absolute against ``base`` (the setting's folder)."""
     paths = reward_path_options(name) if "@" not in name else frozenset()
+    # options that name a model or a JSON config file (hps `arch`): a path when it ends in .json
+    paths |= {k for k, v in options.items() if k in CONFIG_OR_NAME_OPTIONS.get(name.split("@")[0], ())
+              and isinstance(v, str) and v.endswith(".json")}
     return {k: (str((base / Path(v).expanduser()).resolve()) if (k in paths or k.endswith("path")) and isinstance(v, str)
                 else v) for k, v in options.items()}
 
@@ -236,6 +241,12 @@ def check_scorer(name: str, options: dict[str, Any], needed: bool) -> str:
     if "@" in name:
         return f"remote scorer at {name.split('@', 1)[1]}"
     found = []
+    for option in CONFIG_OR_NAME_OPTIONS.get(name, ()):
+        value = options.get(option)
+        if isinstance(value, str) and value.endswith(".json"):
+            if not Path(value).is_file():
+                raise BadInput(f"{option}: config file {value} does not exist")
+            found.append(f"{option} {value}")
     for spec in weight_specs(name):
         given = options.get(spec.option)
         if given is None and not needed:

@@ -237,3 +237,11 @@ def test_processor_folder_written_by_transformers_5_passes(standins):
         assert result.exit_code == 0, result.stderr
     finally:
         (folder / "processor_config.json").rename(folder / "preprocessor_config.json")
+
+
+def test_hps_arch_config_file_resolves_and_must_exist(standins, tmp_path):
+    options = resolve_reward_options("hps", {"arch": "../models/HPSv2/arch.json"}, tmp_path / "pipelines")
+    assert options["arch"] == str((tmp_path / "models" / "HPSv2" / "arch.json").resolve())
+    assert resolve_reward_options("hps", {"arch": "ViT-H-14"}, tmp_path)["arch"] == "ViT-H-14"
+    path = variant(standins, "ocr", "hps-arch", "[rewards.hps]\n", '[rewards.hps]\narch = "../models/HPSv2/missing.json"\n')
+    assert_one_line_exit_2(check(path), "missing.json does not exist")

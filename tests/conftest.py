@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 from recast_cli.artifacts import GainTable, write_gains
@@ -64,3 +65,15 @@ def gains_path(tmp_path: Path) -> Path:
     path = tmp_path / "gains.parquet"
     write_gains(path, make_table(gain, ("clip", "hps", "pick", "ocr")), config={"test": True})
     return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``).
+
+    The tiny models are all call overhead; spinning threads on a shared 2-core machine make
+    them ~10x slower. Restored after the module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -79,13 +78,7 @@ def png_bytes(out: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*.png"))}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: the tiny model is all call overhead (~10x faster on a shared 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from recast_cli.artifacts import read_weights, write_gains
@@ -56,14 +55,7 @@ def assert_bad(result, needle: str):
     assert needle in lines[0], lines[0]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: the tiny model is all call overhead, and spinning threads on a shared
-    2-core machine make it ~10x slower. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

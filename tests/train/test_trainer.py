@@ -52,14 +52,7 @@ def loss_and_grads(trainer: Trainer, batch, adv_t: torch.Tensor, pairs: np.ndarr
     return loss.detach(), grads
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread: the tiny model is all call overhead, and spinning threads on a shared
-    2-core machine make it ~10x slower. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -207,6 +207,58 @@ def artifact_kind(path: str | os.PathLike[str]) -> str:
     raise BadInput(f"{p}: neither a Parquet nor a safetensors file")
 
 
+#: Folder artifacts, by the file that marks them (first match wins). The tags of runs and
+#: checkpoints are spelled out here: their modules (train/trainer.py, train/checkpoint.py) pull in torch.
+FOLDER_MARKERS = (
+    ("manifest.parquet", "recast.positives/1"),
+    ("run.json", "recast.run/1"),
+    ("manifest.json", "recast.checkpoint/1"),
+)
+
+
+def artifact_schema(path: str | os.PathLike[str]) -> tuple[str | None, Path]:
+    """The schema tag an artifact declares, and the path to read it from.
+
+    A folder is known by the file that marks it (:data:`FOLDER_MARKERS`); that marker file
+    given on its own stands for its folder. A Parquet file declares its tag in the key-value
+    metadata, a safetensors file in its header's ``__metadata__``; a file that declares none
+    gives None. BadInput when the path is missing, unreadable, or neither a folder, Parquet
+    nor safetensors.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise BadInput(f"{p}: no such file or folder")
+    if p.is_dir():
+        for marker, tag in FOLDER_MARKERS:
+            if (p / marker).is_file():
+                return tag, p
+        markers = ", ".join(m for m, _ in FOLDER_MARKERS)
+        raise BadInput(f"{p}: a folder that holds no recast artifact (none of {markers})")
+    for marker, tag in FOLDER_MARKERS:
+        if p.name == marker and marker.endswith(".json"):
+            return tag, p.parent
+    if artifact_kind(p) == "safetensors":
+        try:
+            with open(p, "rb") as fh:
+                header_len = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(min(header_len, 100_000_000)))
+        except (ValueError, UnicodeDecodeError):
+            raise BadInput(f"{p}: not a readable safetensors file (bad header)") from None
+        meta = header.get("__metadata__") if isinstance(header, dict) else None
+        tag = meta.get("schema") if isinstance(meta, dict) else None
+        return (tag if isinstance(tag, str) else None), p
+    try:
+        raw = pq.read_schema(p).metadata
+    except (pa.ArrowException, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"{p}: not a readable Parquet file ({first})") from None
+    try:
+        tag = json.loads((raw or {}).get(b"schema", b"null"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput(f"{p}: metadata 'schema' is not JSON") from None
+    return (tag if isinstance(tag, str) else None), p
+
+
 def _read_parquet(path: Path) -> pa.Table:
     if not path.is_file():
         raise BadInput(f"{path}: no such file")

@@ -213,11 +213,13 @@ def merge_command(
 
 @app.command("inspect")
 def inspect_command(
-    path: Path = typer.Argument(..., help="A gain table (.parquet) or weight matrix (.safetensors)."),
+    path: Path = typer.Argument(..., help="Any artifact: a gain, scores, evaluation, metrics, image-scores or "
+                                          "judgements table (.parquet), a weight matrix (.safetensors), or a "
+                                          "positives, run or checkpoint folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also write Fig. 1 (gains, normalised gains, W) as PNG."),
 ) -> None:
-    """Show an artifact's schema, provenance and per-reward summary."""
+    """Show any artifact's schema, provenance and summary (per reward, per scorer, per checkpoint)."""
     from recast_cli.summary import load_artifact, render, summarise
 
     if plot is not None:

@@ -3,33 +3,44 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
 from recast_cli.artifacts import (
-    MANIFEST_NAME,
+    EVAL_SCHEMA,
+    GAINS_SCHEMA,
+    POSITIVES_SCHEMA,
     SCORES_SCHEMA,
+    WEIGHTS_SCHEMA,
+    EvalTable,
     GainTable,
     Positives,
     Provenance,
     ScoreTable,
     WeightMatrix,
-    artifact_kind,
+    _decode_metadata,
+    _read_parquet,
+    artifact_schema,
+    read_eval,
     read_gains,
     read_positives,
     read_scores,
     read_weights,
 )
+from recast_cli.errors import BadInput
 from recast_cli.sinkhorn import spill_share
+from recast_cli.train.metrics import METRICS_SCHEMA, read_metrics
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -45,26 +56,340 @@ def sparkline(values: np.ndarray, width: int = 30) -> str:
     return "".join(SPARK[int(round(v / top * (len(SPARK) - 1)))] for v in np.clip(values, 0, None))
 
 
-def load_artifact(path: str | os.PathLike[str]) -> GainTable | WeightMatrix | ScoreTable | Positives:
-    """Any artifact by its schema tag: a positives folder (or its manifest), a gain or scores table, W."""
-    p = Path(path)
-    if p.is_dir() or p.name == MANIFEST_NAME:
-        return read_positives(p if p.is_dir() else p.parent)
-    if artifact_kind(p) == "safetensors":
+#: What ``recast inspect`` reads, by schema tag. The tags of modules that pull in torch or the
+#: scorers are spelled out (tests check them against their modules); the readers load lazily.
+IMAGE_SCORES_SCHEMA = "recast.image-scores/1"  # rewards/scoring.py
+JUDGEMENTS_SCHEMA = "recast.judgements/1"  # rewards/judge.py
+RUN_SCHEMA = "recast.run/1"  # train/trainer.py
+CHECKPOINT_SCHEMA = "recast.checkpoint/1"  # train/checkpoint.py
+KNOWN_SCHEMAS = (GAINS_SCHEMA, WEIGHTS_SCHEMA, SCORES_SCHEMA, POSITIVES_SCHEMA, EVAL_SCHEMA, METRICS_SCHEMA,
+                 IMAGE_SCORES_SCHEMA, JUDGEMENTS_SCHEMA, RUN_SCHEMA, CHECKPOINT_SCHEMA)
+
+
+@dataclass(frozen=True)
+class ParquetArtifact:
+    """A Parquet artifact read as a table: training metrics, image scores or judgements."""
+
+    kind: str
+    table: pa.Table
+    meta: dict[str, Any]
+    path: Path
+
+
+@dataclass(frozen=True)
+class CheckpointFolder:
+    """``RUN/checkpoints/step-NNNNNN``: its manifest and state as found, and whether it verifies."""
+
+    root: Path
+    step: int | None
+    manifest: dict[str, Any]
+    state: dict[str, Any]
+    verified: bool
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A ``recast.run/1`` folder: run.json, its checkpoints (the latest verified), its metrics."""
+
+    root: Path
+    record: dict[str, Any]
+    steps: tuple[int, ...]
+    latest: CheckpointFolder | None
+    metrics: ParquetArtifact | None
+
+
+Artifact = GainTable | WeightMatrix | ScoreTable | Positives | EvalTable | ParquetArtifact | RunFolder | \
+    CheckpointFolder
+
+
+def load_artifact(path: str | os.PathLike[str]) -> Artifact:
+    """Any artifact by its schema tag (Parquet metadata, safetensors header) or its folder's marker file."""
+    tag, p = artifact_schema(path)
+    if tag is None:
+        raise BadInput(f"{p}: no 'schema' tag in its metadata; not a recast artifact")
+    if tag == GAINS_SCHEMA:
+        return read_gains(p)
+    if tag == WEIGHTS_SCHEMA:
         return read_weights(p)
+    if tag == SCORES_SCHEMA:
+        return read_scores(p)
+    if tag == POSITIVES_SCHEMA:
+        return read_positives(p if p.is_dir() else p.parent)
+    if tag == EVAL_SCHEMA:
+        return read_eval(p)
+    if tag == METRICS_SCHEMA:
+        return _parquet_artifact("metrics", read_metrics(p), p)
+    if tag == IMAGE_SCORES_SCHEMA:
+        from recast_cli.rewards.scoring import read_score_table
+
+        return _parquet_artifact("image-scores", read_score_table(p), p)
+    if tag == JUDGEMENTS_SCHEMA:
+        return _parquet_artifact("judgements", _read_parquet(p), p)
+    if tag == RUN_SCHEMA:
+        return load_run(p)
+    if tag == CHECKPOINT_SCHEMA:
+        return load_checkpoint(p)
+    raise BadInput(f"{p}: schema tag {tag!r} is not one recast inspect reads ({', '.join(KNOWN_SCHEMAS)})")
+
+
+def _parquet_artifact(kind: str, table: pa.Table, path: Path) -> ParquetArtifact:
+    return ParquetArtifact(kind, table, _decode_metadata(table.schema.metadata, str(path)), path)
+
+
+def load_checkpoint(folder: Path) -> CheckpointFolder:
+    """A checkpoint folder, verified against its manifest (``train.checkpoint.read_checkpoint``)."""
+    from recast_cli.train.checkpoint import read_checkpoint
+
     try:
-        tag = json.loads((pq.read_schema(p).metadata or {}).get(b"schema", b"null"))
-    except (pa.ArrowException, OSError, json.JSONDecodeError):
-        tag = None  # read_gains below names the problem
-    return read_scores(p) if tag == SCORES_SCHEMA else read_gains(p)
+        _, state = read_checkpoint(folder)
+        verified, problem = True, None
+    except BadInput as exc:
+        verified, problem = False, str(exc)
+        state = _json_object(folder / "state.json")
+    manifest = _json_object(folder / "manifest.json")
+    step = manifest.get("step", state.get("step"))
+    if not isinstance(step, int):
+        match = re.fullmatch(r"step-(\d+)", folder.name)
+        step = int(match[1]) if match else None
+    return CheckpointFolder(folder, step, manifest, state, verified, problem)
+
+
+def load_run(folder: Path) -> RunFolder:
+    """A run folder: its record, the complete checkpoints (the latest one verified) and the metrics if any."""
+    from recast_cli.train.checkpoint import list_checkpoints
+
+    where = folder / "run.json"
+    try:
+        record = json.loads(where.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise BadInput(f"{where}: not a JSON file") from None
+    if not isinstance(record, dict) or record.get("schema") != RUN_SCHEMA:
+        tag = record.get("schema") if isinstance(record, dict) else None
+        raise BadInput(f"{where}: schema tag is {tag!r}, expected {RUN_SCHEMA!r}")
+    found = list_checkpoints(folder)
+    latest = load_checkpoint(found[-1][1]) if found else None
+    metrics_path = folder / "metrics.parquet"
+    metrics = _parquet_artifact("metrics", read_metrics(metrics_path), metrics_path) if metrics_path.is_file() \
+        else None
+    return RunFolder(folder, record, tuple(step for step, _ in found), latest, metrics)
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file as found; {} when it is missing or not one (a checkpoint that fails to verify)."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, so ``json.dumps(allow_nan=False)`` takes it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    return value
 
 
 def _provenance_json(p: Provenance | None) -> dict[str, Any]:
     return p.to_metadata() if p is not None else {}
 
 
-def summarise(artifact: GainTable | WeightMatrix) -> dict[str, Any]:
-    """A JSON-serialisable description: schema, provenance, run facts and per-reward rows."""
+def summarise(artifact: Artifact) -> dict[str, Any]:
+    """A JSON-serialisable description: schema, provenance, run facts and per-reward (per-scorer) rows.
+
+    NaN and infinite numbers come out as None, so ``json.dumps(..., allow_nan=False)`` takes every summary.
+    """
+    if isinstance(artifact, EvalTable):
+        summary = _summarise_eval(artifact)
+    elif isinstance(artifact, ParquetArtifact):
+        summary = {"metrics": _summarise_metrics, "image-scores": _summarise_image_scores,
+                   "judgements": _summarise_judgements}[artifact.kind](artifact)
+    elif isinstance(artifact, RunFolder):
+        summary = _summarise_run(artifact)
+    elif isinstance(artifact, CheckpointFolder):
+        summary = _summarise_checkpoint(artifact)
+    else:
+        summary = _summarise_estimation(artifact)
+    return json_safe(summary)
+
+
+_PROVENANCE_KEYS = ("schema", "recast_version", "created_at", "config", "sources")
+
+
+def _meta_provenance(meta: dict[str, Any]) -> dict[str, Any]:
+    """The provenance keys an artifact's metadata (or run record) carries, as they are."""
+    return {k: meta[k] for k in _PROVENANCE_KEYS if k in meta}
+
+
+def _stats(values: Any) -> dict[str, Any]:
+    """Mean, standard deviation (over the values, ddof 0, as ``recast evaluate`` prints it) and n of the finite values."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": float(arr.mean()), "std": float(arr.std()), "n": int(arr.size)}
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _require_table_columns(a: ParquetArtifact, columns: tuple[str, ...]) -> None:
+    missing = [c for c in columns if c not in a.table.column_names]
+    if missing:
+        raise BadInput(f"{a.path}: missing column(s) {', '.join(map(repr, missing))}")
+
+
+def _summarise_eval(t: EvalTable) -> dict[str, Any]:
+    meta = t.meta
+    per_prompt = [sum(1 for im in t.images if im.prompt_id == pid) for pid in sorted({im.prompt_id for im in t.images})]
+    summary = {
+        **_provenance_json(t.provenance),
+        "kind": "eval",
+        "evaluated": {k: meta.get(k) for k in ("setting", "mode", "run", "train_seed", "checkpoint", "weights_key",
+                                               "run_id")},
+        "sampling": meta.get("sampling"),
+        "prompts_source": meta.get("prompts_source"),
+        "lambda": meta["lambda"],
+        "rewards": meta["rewards"],
+        "judges": [s for s, k in zip(t.scorers, t.kinds) if k == "judge"],
+        "prompts": len(per_prompt),
+        "seeds": len({im.seed for im in t.images}),
+        "images": len(t.images),
+        "per_prompt": [min(per_prompt), max(per_prompt)],
+        "scorers": [{"scorer": name, "kind": kind, **_stats(t.scores[:, j])}
+                    for j, (name, kind) in enumerate(zip(t.scorers, t.kinds))],
+    }
+    if meta["rewards"]:
+        summary["aggregate"] = _stats(t.aggregate())
+    return summary
+
+
+def _summarise_metrics(a: ParquetArtifact) -> dict[str, Any]:
+    _require_table_columns(a, ("step", "reward", "reward_mean"))
+    wanted = ("step", "reward", "reward_mean", "aggregate", "loss", "kl", "clip_frac")
+    rows = a.table.select([c for c in wanted if c in a.table.column_names]).to_pylist()
+    by_step: dict[int, dict[str, Any]] = {}
+    series: dict[str, dict[int, float | None]] = {}
+    for row in rows:
+        by_step.setdefault(row["step"], row)
+        series.setdefault(row["reward"], {})[row["step"]] = _float(row["reward_mean"])
+    steps = sorted(by_step)
+    rewards = []
+    for name, values in series.items():
+        curve = np.array([np.nan if values[s] is None else values[s] for s in sorted(values)], dtype=np.float64)
+        finite = curve[np.isfinite(curve)]
+        rewards.append({
+            "reward": name, "steps": len(curve), "first": float(curve[0]), "last": float(curve[-1]),
+            "min": float(finite.min()) if finite.size else None, "max": float(finite.max()) if finite.size else None,
+            "sparkline": sparkline(finite - finite.min()) if finite.size else "",
+        })
+    first, last = (by_step[steps[0]], by_step[steps[-1]]) if steps else ({}, {})
+    kl = [by_step[s].get("kl") for s in steps]
+    return {
+        **_meta_provenance(a.meta),
+        "kind": "metrics",
+        "steps": {"first": steps[0] if steps else None, "last": steps[-1] if steps else None, "count": len(steps)},
+        "rewards": rewards,
+        "aggregate": {"first": _float(first.get("aggregate")), "last": _float(last.get("aggregate"))},
+        "kl_mean": _stats([np.nan if v is None else v for v in kl])["mean"],
+        "last_step": {"step": last.get("step"), **{k: _float(last.get(k)) for k in ("loss", "kl", "clip_frac")}},
+    }
+
+
+def _summarise_image_scores(a: ParquetArtifact) -> dict[str, Any]:
+    _require_table_columns(a, ("image", "prompt", "scorer", "score"))
+    scorer = a.table.column("scorer").to_pylist()
+    score = a.table.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+    names = list(dict.fromkeys(scorer))
+    labels = np.array(scorer, dtype=object)
+    return {
+        **_meta_provenance(a.meta),
+        "kind": "image-scores",
+        "images": len(set(a.table.column("image").to_pylist())),
+        "prompts": len(set(a.table.column("prompt").to_pylist())),
+        "extras": [c for c in a.table.column_names if c not in ("image", "prompt", "scorer", "score")],
+        "scorers": [{"scorer": name, **_stats(score[labels == name])} for name in names],
+    }
+
+
+def _summarise_judgements(a: ParquetArtifact) -> dict[str, Any]:
+    _require_table_columns(a, ("pair", "order"))
+    stored = a.meta.get("summary")
+    if not isinstance(stored, dict):
+        raise BadInput(f"{a.path}: no 'summary' object in the metadata ({JUDGEMENTS_SCHEMA} stores it there)")
+    labels = (a.meta.get("config") or {}).get("labels")
+    return {
+        **_meta_provenance(a.meta),
+        "kind": "judgements",
+        "pairs": len(set(a.table.column("pair").to_pylist())),
+        "verdicts": a.table.num_rows,
+        "labels": labels if isinstance(labels, list) else None,
+        "criteria": [{"criterion": name, **(values if isinstance(values, dict) else {})}
+                     for name, values in stored.items()],
+    }
+
+
+def _checkpoint_facts(c: CheckpointFolder) -> dict[str, Any]:
+    state = c.state
+    return {
+        "path": str(c.root),
+        "step": c.step,
+        "verified": c.verified,
+        "problem": c.problem,
+        "files": sorted((c.manifest.get("files") or {}) if isinstance(c.manifest.get("files"), dict) else {}),
+        "state": {k: state.get(k) for k in ("mode", "weights", "weights_key", "run_key", "seed", "data_position",
+                                            "processes")},
+    }
+
+
+def _summarise_checkpoint(c: CheckpointFolder) -> dict[str, Any]:
+    run = c.root.parent.parent
+    in_run = c.root.parent.name == "checkpoints" and (run / "run.json").is_file()
+    return {"schema": c.manifest.get("schema"), "kind": "checkpoint", **_checkpoint_facts(c),
+            "run": str(run) if in_run else None}
+
+
+def _summarise_run(r: RunFolder) -> dict[str, Any]:
+    record = r.record
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    sigmas = record.get("sigmas")
+    summary = {
+        **_meta_provenance(record),
+        "kind": "run",
+        "setting": config.get("setting"),
+        "mode": record.get("mode"),
+        "weights": config.get("weights"),
+        "weights_key": config.get("weights_key"),
+        "weights_file": "weights.safetensors" if (r.root / "weights.safetensors").is_file() else None,
+        "rewards": record.get("rewards"),
+        "lambda": record.get("lambda"),
+        "seed": train.get("seed"),
+        "max_steps": train.get("max_steps"),
+        "processes": config.get("processes"),
+        "checkpoints": list(r.steps),
+        "latest_step": r.steps[-1] if r.steps else None,
+        "latest": _checkpoint_facts(r.latest) if r.latest is not None else None,
+        "metrics": None,
+    }
+    if isinstance(sigmas, list) and len(sigmas) > 1:
+        summary.update(T=len(sigmas) - 1, sigmas=sigmas)
+    if r.metrics is not None:
+        metrics = _summarise_metrics(r.metrics)
+        summary["metrics"] = {k: v for k, v in metrics.items() if k not in (*_PROVENANCE_KEYS, "kind")}
+    return summary
+
+
+def _summarise_estimation(artifact: GainTable | WeightMatrix | ScoreTable | Positives) -> dict[str, Any]:
+    """Gain tables, weight matrices, scores tables and positives folders."""
     if isinstance(artifact, ScoreTable):
         scores = artifact.scores
         rows = [{"reward": name, "mean_t0": float(np.nanmean(scores[:, :, 0, 0, i])),
@@ -137,10 +462,15 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
-    facts.add_row("schema", summary.get("schema", "?"))
-    facts.add_row("created", f"{summary.get('created_at', '?')} by recast {summary.get('recast_version', '?')}")
-    for source in summary.get("sources", []):
+    facts.add_row("schema", summary.get("schema") or "?")
+    if "created_at" in summary:
+        facts.add_row("created", f"{summary['created_at']} by recast {summary.get('recast_version', '?')}")
+    # provenance sources are {path, sha256}; a positives summary's "sources" names its image generators instead
+    sources = [s for s in summary.get("sources", []) if isinstance(s, dict)]
+    for source in sources if len(sources) <= 5 else sources[:3]:
         facts.add_row("source", f"{source['path']}  sha256:{source['sha256'][:12]}")
+    if len(sources) > 5:
+        facts.add_row("source", f"… and {len(sources) - 3} more (--json lists them all)")
     if "sigmas" in summary:
         sig = summary["sigmas"]
         facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}")
@@ -173,6 +503,8 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
             if "D0_interval" in r:
                 d0 += f" [{r['D0_interval'][0]:.3g}, {r['D0_interval'][1]:.3g}]"
             table.add_row(r["reward"], d0, str(r["peak_t"]), sparkline(np.array(r["gain"])))
+    elif summary["kind"] in _RENDER:
+        table = _RENDER[summary["kind"]](summary, facts)
     else:
         solver = summary["solver"]
         facts.add_row("mode", f"{summary['mode']}, τ = {summary['tau']:g}")
@@ -198,3 +530,134 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
     if table is not None:
         console.print(table)
 
+
+
+def _num(value: Any, spec: str = ".4g") -> str:
+    """A number for a table cell; "—" for a missing one (NaN in the data)."""
+    return "—" if value is None else format(value, spec)
+
+
+def _stats_table(title: str, rows: list[dict[str, Any]], first: str, extra: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column(first, style="bold", no_wrap=True)
+    if extra:
+        table.add_column(extra, no_wrap=True)
+    for name in ("mean", "std", "n"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        cells = [r[first]] + ([r[extra]] if extra else [])
+        table.add_row(*cells, _num(r["mean"]), _num(r["std"]), str(r["n"]))
+    return table
+
+
+def _render_eval(summary: dict[str, Any], facts: Table) -> Table:
+    what = summary["evaluated"]
+    setting = what.get("setting") or {}
+    if isinstance(setting, dict):
+        facts.add_row("setting", f"{setting.get('name', '?')} ({setting.get('path', '?')})")
+    if what.get("mode") == "base":
+        facts.add_row("evaluated", "the base model")
+    else:
+        facts.add_row("evaluated", f"{what.get('mode')} run {what.get('run')}, train seed {what.get('train_seed')}")
+    checkpoint = what.get("checkpoint")
+    if isinstance(checkpoint, dict):
+        facts.add_row("checkpoint", f"step {checkpoint.get('step')}: {checkpoint.get('path')}")
+    sampling = summary.get("sampling")
+    if isinstance(sampling, dict):
+        facts.add_row("sampling", ", ".join(f"{k}={sampling[k]}" for k in ("steps", "guidance_scale", "resolution",
+                                                                          "n", "seed") if k in sampling))
+    facts.add_row("images", f"{summary['images']} for {summary['prompts']} prompts "
+                            f"({summary['per_prompt'][0]}–{summary['per_prompt'][1]} per prompt), "
+                            f"{summary['seeds']} seeds")
+    if summary["rewards"]:
+        facts.add_row("λ", ", ".join(f"{r}={lam:g}" for r, lam in zip(summary["rewards"], summary["lambda"])))
+    table = _stats_table("per scorer (over images)", summary["scorers"], "scorer", "kind")
+    if "aggregate" in summary:
+        a = summary["aggregate"]
+        table.add_row("Σλ·r", "aggregate", _num(a["mean"]), _num(a["std"]), str(a["n"]))
+    return table
+
+
+def _metrics_facts(m: dict[str, Any], facts: Table) -> Table | None:
+    steps = m["steps"]
+    if not steps["count"]:
+        facts.add_row("steps", "none yet")
+        return None
+    facts.add_row("steps", f"{steps['first']}..{steps['last']} ({steps['count']} steps)")
+    facts.add_row("aggregate", f"Σλ·r {_num(m['aggregate']['first'])} → {_num(m['aggregate']['last'])}")
+    last = m["last_step"]
+    facts.add_row("last step", f"loss {_num(last['loss'])}, kl {_num(last['kl'])}, "
+                               f"clip_frac {_num(last['clip_frac'])}; mean kl over steps {_num(m['kl_mean'])}")
+    table = Table(title="reward_mean per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("reward", style="bold", no_wrap=True)
+    for name in ("first", "last", "min", "max"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("over steps (min → max)", no_wrap=True)
+    for r in m["rewards"]:
+        table.add_row(r["reward"], _num(r["first"]), _num(r["last"]), _num(r["min"]), _num(r["max"]), r["sparkline"])
+    return table
+
+
+def _render_image_scores(summary: dict[str, Any], facts: Table) -> Table:
+    facts.add_row("images", f"{summary['images']} images, {summary['prompts']} distinct prompts")
+    if summary["extras"]:
+        facts.add_row("extras", ", ".join(summary["extras"]))
+    return _stats_table("per scorer (over images)", summary["scorers"], "scorer")
+
+
+def _render_judgements(summary: dict[str, Any], facts: Table) -> Table:
+    facts.add_row("pairs", f"{summary['pairs']} pairs, {summary['verdicts']} verdicts")
+    if summary["labels"]:
+        facts.add_row("labels", f"a = {summary['labels'][0]}, b = {summary['labels'][1]}")
+    table = Table(title="stored summary per criterion (agree: both orders agree; 1st: non-tie verdicts for the "
+                        "image shown first)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("criterion", style="bold", no_wrap=True)
+    for name in ("a wins", "b wins", "ties", "win rate a", "agree", "1st"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for c in summary["criteria"]:
+        table.add_row(c["criterion"], *(str(c.get(k, "—")) for k in ("a_wins", "b_wins", "ties")),
+                      *(_num(c.get(k), ".3f") for k in ("win_rate_a", "order_agreement", "first_position_share")))
+    return table
+
+
+def _checkpoint_rows(c: dict[str, Any], facts: Table, label: str) -> None:
+    verdict = "manifest verifies" if c["verified"] else f"DOES NOT VERIFY: {c['problem']}"
+    facts.add_row(label, f"step {c['step']}: {verdict}")
+    state = {k: v for k, v in c["state"].items() if v is not None}
+    if state:
+        facts.add_row("state", ", ".join(f"{k}={v}" for k, v in state.items()))
+
+
+def _render_checkpoint(summary: dict[str, Any], facts: Table) -> None:
+    _checkpoint_rows(summary, facts, "checkpoint")
+    facts.add_row("files", f"{len(summary['files'])} in the manifest")
+    if summary["run"]:
+        facts.add_row("run", summary["run"])
+
+
+def _render_run(summary: dict[str, Any], facts: Table) -> Table | None:
+    facts.add_row("setting", str(summary["setting"]))
+    copy = f" (copied to {summary['weights_file']})" if summary["weights_file"] else ""
+    facts.add_row("W", f"{summary['mode']}: {summary['weights']}{copy}")
+    rewards, lam = summary["rewards"] or [], summary["lambda"] or []
+    facts.add_row("λ", ", ".join(f"{r}={x:g}" for r, x in zip(rewards, lam)))
+    facts.add_row("seed", str(summary["seed"]))
+    steps = summary["checkpoints"]
+    shown = ", ".join(map(str, steps[-8:]))
+    facts.add_row("checkpoints", f"steps {'…, ' if len(steps) > 8 else ''}{shown}" if steps else "none")
+    if summary["latest"] is not None:
+        _checkpoint_rows(summary["latest"], facts, "latest")
+    if summary["metrics"] is None:
+        facts.add_row("metrics", "no metrics.parquet")
+        return None
+    return _metrics_facts(summary["metrics"], facts)
+
+
+_RENDER = {
+    "eval": _render_eval,
+    "metrics": _metrics_facts,
+    "image-scores": _render_image_scores,
+    "judgements": _render_judgements,
+    "run": _render_run,
+    "checkpoint": _render_checkpoint,
+}

@@ -219,6 +219,10 @@ class Trainer:
         self.plan = plan
         self.cfg = cfg = plan.cfg
         self.quiet = quiet
+        fsdp_launch = os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
+        if accelerator is None and fsdp_launch and (plan.device == "cpu" or not torch.cuda.is_available()):
+            raise BadInput("launched with an FSDP config on CPUs, but accelerate does FSDP on GPUs only; "
+                           "use pipelines/accelerate/ddp.yaml")
         self.acc = accelerator or Accelerator(cpu=plan.device == "cpu")
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
         launched = int(os.environ.get("WORLD_SIZE", "1"))
@@ -246,7 +250,10 @@ class Trainer:
                                            betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                            weight_decay=cfg.weight_decay)
         self.fsdp = self.acc.distributed_type == DistributedType.FSDP
-        if self.fsdp:  # not exercised by the tests (FSDP needs GPUs); DDP is the tested path
+        if fsdp_launch and not self.fsdp:
+            raise BadInput(f"launched with an FSDP config, but accelerate runs {self.acc.distributed_type.value} here "
+                           "(it does FSDP on GPUs only); use pipelines/accelerate/ddp.yaml on CPUs")
+        if self.fsdp:  # not exercised by the tests (accelerate does FSDP on GPUs only); DDP is the tested path
             _check_fsdp(self.acc, cfg, plan)
         if self.world > 1:
             self.policy.denoiser = self.acc.prepare(transformer)
@@ -264,12 +271,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ run folder
 
+    @property
+    def engine(self) -> str:
+        """How the processes share the model: ``single``, ``ddp`` or ``fsdp``."""
+        return "fsdp" if self.fsdp else ("ddp" if self.world > 1 else "single")
+
     def config_record(self) -> dict[str, Any]:
         p = self.plan
         return {"setting": str(p.setting.file), "weights": p.weights_source, "mode": p.weights.mode,
                 "weights_key": weights_key(p.weights), "train": {k: v for k, v in asdict(self.cfg).items()},
                 "noise_level": self.noise_level, "T": self.T, "trained_steps": self.steps,
-                "init": str(p.init_from) if p.init_from else None, "processes": self.world}
+                "init": str(p.init_from) if p.init_from else None, "processes": self.world,
+                "engine": self.engine}
 
     def _start_run(self) -> None:
         from recast_cli.artifacts import Provenance, write_weights
@@ -322,7 +335,7 @@ class Trainer:
                  "mode": self.plan.weights.mode, "data_position": self.step * self.cfg.prompts_per_step,
                  "lr_schedule": {"kind": self.cfg.lr_schedule, "warmup_steps": self.cfg.warmup_steps,
                                  "base_lr": self.cfg.learning_rate, "step": self.step},
-                 "optimizer": meta, "seed": self.cfg.seed, "processes": self.world}
+                 "optimizer": meta, "seed": self.cfg.seed, "processes": self.world, "engine": self.engine}
 
         def write_files(folder: Path) -> None:
             self.params.save(folder / "adapter", adapter)

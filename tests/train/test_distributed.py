@@ -2,6 +2,8 @@
 
 Two CPU processes (torchrun under accelerate, gloo): the groups of a step are split over the
 processes, gradients are all-reduced by DDP, metrics are gathered/reduced, rank 0 writes.
+accelerate does FSDP on GPUs only: launched with ``pipelines/accelerate/fsdp.yaml`` on CPUs it
+would silently run DDP, so the trainer refuses that launch (tested below).
 
 How the 2-process run is launched on a CPU-only machine matters: ``accelerate launch --cpu
 --num_processes 2`` goes through accelerate's *simple* launcher, which starts ONE process
@@ -71,6 +73,11 @@ def _launch(*args: str) -> list[str]:
             "-m", "recast_cli", *args]
 
 
+def _launch_fsdp(*args: str) -> list[str]:
+    return [str(BIN / "accelerate"), "launch", "--config_file", str(ROOT / "pipelines" / "accelerate" / "fsdp.yaml"),
+            "--num_processes", "2", "--main_process_port", str(_free_port()), "-m", "recast_cli", *args]
+
+
 def _run(cmd: list[str], expect: int = 0, timeout: float = 240) -> subprocess.CompletedProcess:
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == expect, f"{' '.join(cmd)}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
@@ -98,10 +105,11 @@ def _adapter(run: Path) -> dict:
 
 def test_two_processes_really_ran(runs):
     one, two, _ = runs
-    for run, n in ((one, 1), (two, 2)):
+    for run, n, kind in ((one, 1, "single"), (two, 2, "ddp")):
         state = json.loads((run / "checkpoints" / f"step-{STEPS:06d}" / "state.json").read_text())
-        assert state["processes"] == n
-        assert json.loads((run / "run.json").read_text())["config"]["processes"] == n
+        assert state["processes"] == n and state["engine"] == kind
+        config = json.loads((run / "run.json").read_text())["config"]
+        assert config["processes"] == n and config["engine"] == kind
     # rank 0 alone writes: one checkpoint, no temporary folders left behind, one metrics row per (step, reward)
     assert sorted(p.name for p in (two / "checkpoints").iterdir()) == [f"step-{STEPS:06d}"]
     assert len(_metrics(two)) == STEPS * 3
@@ -137,4 +145,10 @@ def test_a_launch_accelerate_does_not_distribute_is_refused(runs, tmp_path):
     args = [a for a in COMMON if a not in ("--device", "cpu")]
     done = _run(_launch(*args, "--setting", str(setting), "--out", str(tmp_path / "run")), expect=1)
     assert "launched as 2 processes, but accelerate runs this one alone" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_fsdp_launch_that_accelerate_runs_as_ddp_is_refused(runs, tmp_path):
+    done = _run(_launch_fsdp(*COMMON, "--setting", str(runs[2]), "--out", str(tmp_path / "run")), expect=1)
+    assert "launched with an FSDP config on CPUs, but accelerate does FSDP on GPUs only" in done.stderr
     assert not (tmp_path / "run").exists()

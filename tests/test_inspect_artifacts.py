@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from safetensors.torch import save_file
-from typer.testing import CliRunner
 
 from recast_cli.artifacts import (
     FOLDER_MARKERS,
@@ -28,7 +27,6 @@ from recast_cli.artifacts import (
     read_eval,
     write_eval,
 )
-from recast_cli.cli import app
 from recast_cli.rewards import judge
 from recast_cli.rewards.scoring import SCHEMA as SCORING_SCHEMA
 from recast_cli.rewards.scoring import ScoreTable as ImageScores
@@ -41,16 +39,11 @@ from recast_cli.summary import (
 )
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.metrics import MetricsLog, read_metrics
-
-runner = CliRunner()
+from tests.test_cli import assert_one_line_exit_2, recast
 
 REWARDS = ("toy_color", "toy_shape")
 LAMBDA = (1.0, 2.0)
 SIGMAS = [1.0, 0.5, 0.0]
-
-
-def recast(*args) -> object:
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def inspect_json(path: Path) -> dict:
@@ -63,14 +56,6 @@ def inspect_text(path: Path) -> str:
     result = recast("inspect", path)
     assert result.exit_code == 0, (result.stdout, result.stderr)
     return result.stdout
-
-
-def assert_one_line_exit_2(result, needle: str) -> None:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert needle in lines[0]
-    assert "Traceback" not in result.stderr + result.stdout
 
 
 # --------------------------------------------------------------------------- writers

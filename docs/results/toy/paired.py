@@ -1,17 +1,17 @@
 """Paired ReCAST − static (and no-Sink − static) differences of the toy study's evaluations.
 
 Reads the ``recast.eval/1`` tables that ``make all SETTING=toy`` writes
-(``EVALS/<budget>/<mode>-s<seed>.parquet``), read as ``recast report`` reads them, and prints, per budget and seed, the difference
-in the aggregate r = Σ λ_i r_i (integer λ, the report's Table 1/2 convention) between two
-modes trained from the same warmup with the same seed, then the mean, sd and a 95 % t
-interval over all (budget, seed) pairs. Every eval scores the same prompts with the same ODE
+(``EVALS/<budget>/<mode>-s<seed>.parquet``) through ``recast report``'s loader and prints,
+per budget and seed, the difference in the aggregate r = Σ λ_i r_i (integer λ, the report's
+Table 1/2 convention) between two modes trained from the same warmup with the same seed,
+then the mean, sd and a 95 % t interval over all (budget, seed) pairs. Every eval scores the same prompts with the same ODE
 seeds, so the differences are paired image by image.
 
     .venv/bin/python docs/results/toy/paired.py artifacts/toy/evals
 """
 from __future__ import annotations
 
-import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from recast_cli.report import AGGREGATE, budget_label, load_inputs
 def main(root: Path) -> None:
     inputs = load_inputs(sorted(root.glob("*/*-s*.parquet")))
     means = {(e.budget, e.mode, e.seed): e.means() for e in inputs.evals}
-    rewards = [s for s in inputs.evals[0].table.meta["rewards"]]
+    rewards = inputs.evals[0].table.meta["rewards"]
     budgets = sorted({b for b, _, _ in means})
     for other in ("recast", "nosink"):
         diffs = []
@@ -41,12 +41,11 @@ def main(root: Path) -> None:
         n = len(diffs)
         if n < 2:
             continue
-        mean = sum(diffs) / n
-        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-        half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+        mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+        lo, hi = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
         wins = sum(d > 0 for d in diffs)
         sign_p = stats.binomtest(wins, n).pvalue
-        print(f"pairs {n}: mean {mean:+.4f}, sd {sd:.4f}, 95% CI [{mean - half:+.4f}, {mean + half:+.4f}], "
+        print(f"pairs {n}: mean {mean:+.4f}, sd {sd:.4f}, 95% CI [{lo:+.4f}, {hi:+.4f}], "
               f"{other} ahead in {wins}/{n} (two-sided sign test p = {sign_p:.3f})")
 
 

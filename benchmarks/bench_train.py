@@ -1,28 +1,34 @@
 """`recast train` on the toy model: sampling and update throughput against a plain Flow-GRPO-style loop.
 
-Both sides do the same work on the same model, the same LoRA and the same optimizer, and the
-ratios are measured in this process (best of ``--repeats`` on each side, the sides alternating
-which runs first so background load hits both alike):
+All sides do the same work on the same model, the same LoRA and the same optimizer, and the
+ratios are measured in this process (best of ``--repeats`` on each side, the sides rotating
+which runs first so background load hits them alike). recast runs twice: as the setting
+ships it (``compile = false``, eager PyTorch) and with ``compile = true`` (the denoiser
+through ``torch.compile``, inductor); the baseline is always eager:
 
 * **Sampling** — recast: ``Trainer.sample`` (all groups in ``sample_batch`` chunks, prompt
   embeddings from the policy's cache, rewards scored in a worker thread while the next chunk
   samples). Baseline: one prompt group (G images) at a time, each with its own text-encoding
   call (no cache; the empty negative prompt is encoded once up front, as Flow-GRPO does), the
   same SDE sampler and noise seeds, a VAE decode per group, and all rewards scored after all
-  sampling. Same prompts and seeds, so the two give the same states (checked).
+  sampling. Same prompts and seeds, so the sides give the same states (checked).
 * **Update** — recast: ``Trainer.update`` (every (image, trained step) pair of a micro-batch in
   one forward/backward at per-sample timesteps; gradient accumulation; one AdamW step).
   Baseline: Flow-GRPO's train loop, one forward/backward per trained step, each a full-batch
   call at that one timestep, with the same loss (``ppo_terms`` + β·``gaussian_kl`` to the
   adapter-off reference, summed over pairs and divided by their number), the same grad-norm
   clipping and the same AdamW step. Every update starts from the same parameters and optimizer
-  state; in the first repeat both sides also record the gradients their optimizer step sees, and
-  the run stops unless they agree (allclose; the max abs diff is printed) before any further
-  timing.
+  state; in the first repeat every side also records the gradients its optimizer step sees, and
+  the run stops unless each recast side agrees with the baseline (allclose; the max abs diff is
+  printed) before any further timing.
+
+Compilation happens in an untimed warm-up (one compiled sample and one compiled update, whose
+time is printed: torch caches compiled kernels on disk, so it is minutes the first time on a
+machine and seconds after). The timed repeats are the steady state of a run.
 
 The table gives seconds and images/s (images sampled per step / seconds) for each side, the
 ratio baseline/recast of the best times, and the median of the per-repeat ratios (each repeat
-runs both sides back to back, so that ratio is the less load-sensitive one on a busy machine).
+runs all sides back to back, so that ratio is the less load-sensitive one on a busy machine).
 "overall" is sample + update, the time of one training step.
 
 The prompt-embedding cache is warm (the steady state of a run: the toy setting's 24 prompts are
@@ -30,14 +36,16 @@ all cached after its first few steps). The fresh adapter's ``lora_B`` (zero at i
 small random values first, so every LoRA tensor gets a gradient and the KL term is active.
 
 Run: python -m benchmarks.bench_train [--prompts 8] [--group-size 8] [--repeats 5]
-     [--micro-batch N] [--threads N] [--json FILE|-]
-(about a minute on 2 idle CPU cores with the defaults: the toy setting's 8 prompts × G = 8,
-micro_batch 96, sample_batch 64; several times longer when other jobs share the cores.)
+     [--micro-batch N] [--threads N] [--no-compile] [--json FILE|-]
+(about two minutes on 2 idle CPU cores with the defaults, plus the first compilation: the toy
+setting's 8 prompts × G = 8, micro_batch 96, sample_batch 64; several times longer when other
+jobs share the cores.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import sys
@@ -60,16 +68,27 @@ SETTING = "toy"
 SAMPLE_STEP = 1  # the training step whose prompts and noise both sides sample
 
 
-def build_trainer(prompts: int, group_size: int, micro_batch: int | None, out: Path) -> Trainer:
+def build_trainer(prompts: int, group_size: int, micro_batch: int | None, out: Path, compile: bool = False) -> Trainer:
     from recast_cli.settings import load_setting
     from recast_cli.train.config import apply_overrides, config_from_setting
 
     s = load_setting(SETTING)
     cfg = config_from_setting(s.raw, s.file)
-    sets = [f"micro_batch={micro_batch}"] if micro_batch else []
+    sets = ([f"micro_batch={micro_batch}"] if micro_batch else []) + (["compile=true"] if compile else [])
     cfg = apply_overrides(cfg, sets, {"prompts_per_step": prompts, "group_size": group_size})
     plan = plan_run(SETTING, cfg, "static", out, False, None, "cpu")
     return Trainer(plan, quiet=True, tensorboard=False)
+
+
+@contextlib.contextmanager
+def eager(tr: Trainer):
+    """Inside the block the policy calls the plain (uncompiled) transformer."""
+    live = tr.policy.denoiser
+    tr.policy.denoiser = tr.policy.pipe.transformer
+    try:
+        yield
+    finally:
+        tr.policy.denoiser = live
 
 
 # ------------------------------------------------------------------ the baseline
@@ -196,6 +215,13 @@ def perturb_adapter(tr: Trainer, std: float = 0.02) -> None:
 # ------------------------------------------------------------------ the benchmark
 
 
+def run_eager(tr: Trainer, fn):
+    def run(*args):
+        with eager(tr):
+            return fn(*args)
+    return run
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="prompt groups per step (default 8)")
@@ -203,6 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per side, best taken (default 5)")
     ap.add_argument("--micro-batch", type=int, default=None, help="trainer micro_batch (default: the setting's)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the compile = true side")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON ('-': stdout)")
     args = ap.parse_args(argv)
     console = Console(width=200, stderr=args.json == "-")
@@ -210,8 +237,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    compiled = not args.no_compile
     with tempfile.TemporaryDirectory() as tmp:
-        tr = build_trainer(args.prompts, args.group_size, args.micro_batch, Path(tmp) / "run")
+        tr = build_trainer(args.prompts, args.group_size, args.micro_batch, Path(tmp) / "run", compile=compiled)
         cfg = tr.cfg
         perturb_adapter(tr)
         base = Baseline(tr)
@@ -221,95 +249,115 @@ def main(argv: list[str] | None = None) -> dict:
         console.print(f"toy model, T = {tr.T}, {cfg.prompts_per_step} prompts × G = {cfg.group_size} = {images} images, "
                       f"{len(tr.steps)} trained steps = {pairs} pairs; recast micro_batch {cfg.micro_batch}, "
                       f"sample_batch {cfg.sample_batch}; torch threads {torch.get_num_threads()}")
+        sides = ["base", "recast"] + (["compiled"] if compiled else [])
+        samplers = {"base": run_eager(tr, base.sample), "recast": run_eager(tr, tr.sample), "compiled": tr.sample}
 
-        # -- sampling: the same states on both sides, then timing
-        times = {"recast_sample": [], "base_sample": [], "recast_update": [], "base_update": []}
+        start = Snapshot.take(tr)
+        compile_s = None
+        if compiled:  # compilation happens here, untimed: the first compiled sample and update
+            t0 = time.perf_counter()
+            warm = tr.sample(SAMPLE_STEP)
+            _, warm_adv = tr.advantages(tr.gather_rewards(warm))
+            tr.update(warm, warm_adv, SAMPLE_STEP)
+            start.restore(tr)
+            compile_s = time.perf_counter() - t0
+            console.print(f"compile = true warm-up (first compiled sample + update, compilation included): "
+                          f"{compile_s:.1f} s")
+
+        # -- sampling: the same states on all sides, then timing
+        times = {f"{side}_{stage}": [] for side in sides for stage in ("sample", "update")}
         base_parts = {"encode": [], "score": []}
-        batch = None
+        batches = {}
         for r in range(args.repeats):
-            order = (("recast", tr.sample), ("base", base.sample))
-            for side, fn in (order if r % 2 == 0 else order[::-1]):
+            order = sides[r % len(sides):] + sides[:r % len(sides)]
+            for side in order:
                 t0 = time.perf_counter()
-                out = fn(SAMPLE_STEP)
+                batches[side] = samplers[side](SAMPLE_STEP)
                 times[f"{side}_sample"].append(time.perf_counter() - t0)
-                if side == "recast":
-                    batch = out
-                else:
-                    base_batch = out
+                if side == "base":
                     base_parts["encode"].append(base.encode_s)
                     base_parts["score"].append(base.score_s)
             if r == 0:
-                ds = float((batch.states - base_batch.states).abs().max())
-                dl = float((batch.log_probs - base_batch.log_probs).abs().max())
-                dr = float((batch.rewards - base_batch.rewards).abs().max())
-                console.print(f"sampling check: max |Δ states| {ds:.2e}, |Δ log-probs| {dl:.2e}, |Δ rewards| {dr:.2e}")
-                if not (ds < 1e-3 and dl < 1e-3 and dr < 1e-3):
-                    raise SystemExit("the baseline sampler does not reproduce the trainer's samples")
-            console.print(f"  sampling repeat {r + 1}: recast {times['recast_sample'][-1]:.2f} s, "
-                          f"baseline {times['base_sample'][-1]:.2f} s")
+                ref = batches["base"]
+                for side in sides[1:]:
+                    b = batches[side]
+                    ds = float((b.states - ref.states).abs().max())
+                    dl = float((b.log_probs - ref.log_probs).abs().max())
+                    dr = float((b.rewards - ref.rewards).abs().max())
+                    console.print(f"sampling check, {side} vs baseline: max |Δ states| {ds:.2e}, "
+                                  f"|Δ log-probs| {dl:.2e}, |Δ rewards| {dr:.2e}")
+                    if not (ds < 1e-3 and dl < 1e-3 and dr < 1e-3):
+                        raise SystemExit(f"the {side} sampler and the baseline do not give the same samples")
+            console.print(f"  sampling repeat {r + 1}: " + ", ".join(
+                f"{side} {times[f'{side}_sample'][-1]:.2f} s" for side in sides))
 
+        batch = batches["recast"]  # every side updates on the same batch
         _, adv_t = tr.advantages(tr.gather_rewards(batch))
-        start = Snapshot.take(tr)
+        updaters = {"base": run_eager(tr, lambda: base.update(batch, adv_t)),
+                    "recast": run_eager(tr, lambda: tr.update(batch, adv_t, SAMPLE_STEP)["grad_norm"]),
+                    "compiled": lambda: tr.update(batch, adv_t, SAMPLE_STEP)["grad_norm"]}
 
-        def recast_update():
-            return tr.update(batch, adv_t, SAMPLE_STEP)["grad_norm"]
-
-        def base_update():
-            return base.update(batch, adv_t)
-
-        # -- update: the first repeat of each side records the gradients its optimizer step sees; both
+        # -- update: the first repeat of each side records the gradients its optimizer step sees; all
         # start from the same parameters and optimizer state, and must agree before any more timing
-        diff = scale = 0.0
-        same = False
+        checks = {}
         for r in range(args.repeats):
-            order = (("recast", recast_update), ("base", base_update))
+            order = sides[r % len(sides):] + sides[:r % len(sides)]
             grads = {}
-            for side, fn in (order if r % 2 == 0 else order[::-1]):
+            for side in order:
                 start.restore(tr)
                 t0 = time.perf_counter()
-                grads[side] = capture_grads(tr, fn) if r == 0 else fn()
+                grads[side] = capture_grads(tr, updaters[side]) if r == 0 else updaters[side]()
                 times[f"{side}_update"].append(time.perf_counter() - t0)
             if r == 0:
-                (g_r, n_r), (g_b, n_b) = grads["recast"], grads["base"]
-                scale = max(float(g.abs().max()) for g in g_r)
-                diff = max(float((a - b).abs().max()) for a, b in zip(g_r, g_b))
-                same = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale) for a, b in zip(g_r, g_b))
-                console.print(f"gradient check over {len(g_r)} LoRA tensors: max |grad| {scale:.3e}, "
-                              f"max |Δ grad| {diff:.3e} (relative {diff / scale:.1e}), grad norm {n_r:.6e} vs "
-                              f"{n_b:.6e}: {'allclose' if same else 'DIFFERENT'}")
-                if not same:
-                    raise SystemExit("the two updates do not compute the same gradients")
-            console.print(f"  update repeat {r + 1}: recast {times['recast_update'][-1]:.2f} s, "
-                          f"baseline {times['base_update'][-1]:.2f} s")
+                g_b, n_b = grads["base"]
+                scale = max(float(g.abs().max()) for g in g_b)
+                for side in sides[1:]:
+                    g_r, n_r = grads[side]
+                    diff = max(float((a - b).abs().max()) for a, b in zip(g_r, g_b))
+                    same = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale) for a, b in zip(g_r, g_b))
+                    checks[side] = {"max_abs_diff": diff, "max_abs_grad": scale, "allclose": same}
+                    console.print(f"gradient check, {side} vs baseline, over {len(g_r)} LoRA tensors: max |grad| "
+                                  f"{scale:.3e}, max |Δ grad| {diff:.3e} (relative {diff / scale:.1e}), grad norm "
+                                  f"{n_r:.6e} vs {n_b:.6e}: {'allclose' if same else 'DIFFERENT'}")
+                    if not same:
+                        raise SystemExit(f"the {side} update and the baseline do not compute the same gradients")
+            console.print(f"  update repeat {r + 1}: " + ", ".join(
+                f"{side} {times[f'{side}_update'][-1]:.2f} s" for side in sides))
         start.restore(tr)
 
-    best = {k: min(v) for k, v in times.items()}
     t = {k: np.asarray(v) for k, v in times.items()}
-    paired = {"sample": t["base_sample"] / t["recast_sample"], "update": t["base_update"] / t["recast_update"],
-              "overall": (t["base_sample"] + t["base_update"]) / (t["recast_sample"] + t["recast_update"])}
     micro = -(-pairs // cfg.micro_batch)
+    label = {"recast": "recast", "compiled": "recast, compile = true"}
     rows = []
-    for what, r_s, b_s, calls in (
-            ("sample", best["recast_sample"], best["base_sample"],
-             f"{-(-images // cfg.sample_batch)} chunk(s) of ≤{cfg.sample_batch} / {cfg.prompts_per_step} groups of {cfg.group_size}"),
-            ("update", best["recast_update"], best["base_update"],
-             f"{micro} fwd/bwd of ≤{cfg.micro_batch} pairs / {len(tr.steps)} fwd/bwd of {images}"),
-            ("overall", best["recast_sample"] + best["recast_update"], best["base_sample"] + best["base_update"], "")):
-        rows.append({"stage": what, "recast_s": r_s, "baseline_s": b_s, "recast_img_s": images / r_s,
-                     "baseline_img_s": images / b_s, "ratio": b_s / r_s,
-                     "paired_ratio_median": float(np.median(paired[what])),
-                     "paired_ratios": [float(x) for x in paired[what]], "calls": calls})
+    for side in sides[1:]:
+        calls = {"sample": f"{-(-images // cfg.sample_batch)} chunk(s) of ≤{cfg.sample_batch} / "
+                           f"{cfg.prompts_per_step} groups of {cfg.group_size}",
+                 "update": f"{micro} fwd/bwd of ≤{cfg.micro_batch} pairs / {len(tr.steps)} fwd/bwd of {images}",
+                 "overall": ""}
+        for stage in ("sample", "update", "overall"):
+            if stage == "overall":
+                mine, theirs = t[f"{side}_sample"] + t[f"{side}_update"], t["base_sample"] + t["base_update"]
+                r_s = t[f"{side}_sample"].min() + t[f"{side}_update"].min()
+                b_s = t["base_sample"].min() + t["base_update"].min()
+            else:
+                mine, theirs = t[f"{side}_{stage}"], t[f"base_{stage}"]
+                r_s, b_s = mine.min(), theirs.min()
+            paired = theirs / mine
+            rows.append({"side": label[side], "stage": stage, "recast_s": float(r_s), "baseline_s": float(b_s),
+                         "recast_img_s": images / r_s, "baseline_img_s": images / b_s, "ratio": float(b_s / r_s),
+                         "paired_ratio_median": float(np.median(paired)),
+                         "paired_ratios": [float(x) for x in paired], "calls": calls[stage]})
 
     table = Table(title=f"recast train vs a Flow-GRPO-style loop on the toy model: {cfg.prompts_per_step} prompts × "
                         f"G = {cfg.group_size}, {len(tr.steps)} trained steps, best of {args.repeats}")
-    for col in ("stage", "recast s", "baseline s", "recast img/s", "baseline img/s", "ratio (best)",
+    for col in ("recast", "stage", "recast s", "baseline s", "recast img/s", "baseline img/s", "ratio (best)",
                 "ratio (median of pairs)", "target", "calls (recast / baseline)"):
-        table.add_column(col, justify="left" if col.startswith(("stage", "calls")) else "right")
+        table.add_column(col, justify="left" if col in ("recast", "stage") or col.startswith("calls") else "right")
     for row in rows:
-        table.add_row(row["stage"], f"{row['recast_s']:.2f}", f"{row['baseline_s']:.2f}", f"{row['recast_img_s']:.2f}",
-                      f"{row['baseline_img_s']:.2f}", f"{row['ratio']:.2f}×",
-                      f"{row['paired_ratio_median']:.2f}×", "≥ 1.3×" if row["stage"] == "overall" else "",
-                      row["calls"])
+        table.add_row(row["side"] if row["stage"] == "sample" else "", row["stage"], f"{row['recast_s']:.2f}",
+                      f"{row['baseline_s']:.2f}", f"{row['recast_img_s']:.2f}", f"{row['baseline_img_s']:.2f}",
+                      f"{row['ratio']:.2f}×", f"{row['paired_ratio_median']:.2f}×",
+                      "≥ 1.3×" if row["stage"] == "overall" else "", row["calls"])
     console.print(table)
     enc, sc = min(base_parts["encode"]), min(base_parts["score"])
     console.print(f"baseline sampling parts (best): text encoding {enc:.2f} s, reward scoring {sc:.2f} s")
@@ -317,8 +365,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"images": images, "prompts": cfg.prompts_per_step, "group_size": cfg.group_size,
               "trained_steps": len(tr.steps), "micro_batch": cfg.micro_batch, "sample_batch": cfg.sample_batch,
               "repeats": args.repeats, "threads": torch.get_num_threads(), "times_s": times,
-              "rows": rows, "baseline_encode_s": enc, "baseline_score_s": sc,
-              "grad_check": {"max_abs_diff": diff, "max_abs_grad": scale, "allclose": same}}
+              "compile_warmup_s": compile_s, "rows": rows, "baseline_encode_s": enc, "baseline_score_s": sc,
+              "grad_check": checks}
     if args.json == "-":
         json.dump(result, sys.stdout, indent=1)
         print()

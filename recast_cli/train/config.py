@@ -66,11 +66,19 @@ class TrainConfig:
     save_every: int = 20
     keep_checkpoints: int = 2
     seed: int = 0
+    compile: bool = False  # torch.compile the denoiser for sampling and the update
+    compile_backend: str = "inductor"
     reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run_key(self) -> str:
-        """What a resumed run must share with the run it resumes (everything but the step budget)."""
-        fixed = {k: v for k, v in asdict(self).items() if k not in ("max_steps", "save_every", "keep_checkpoints")}
+        """What a resumed run must share with the run it resumes.
+
+        Everything but the step budget, the checkpoint cadence and how the denoiser executes
+        (``compile``, ``compile_backend``: compiled kernels round differently, so a run resumed
+        with another choice continues to within float rounding rather than bit for bit).
+        """
+        loose = ("max_steps", "save_every", "keep_checkpoints", "compile", "compile_backend")
+        fixed = {k: v for k, v in asdict(self).items() if k not in loose}
         return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_toml(self) -> str:
@@ -112,6 +120,12 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 raise TypeError
             inner = float if "float" in kind else str
             return tuple(inner(v.strip() if isinstance(v, str) else v) for v in value)
+        if kind == "bool":
+            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                return value.strip().lower() == "true"
+            if not isinstance(value, bool):
+                raise TypeError
+            return value
         if value is None:
             if "None" in kind:
                 return None
@@ -211,6 +225,20 @@ def check_config(cfg: TrainConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise BadInput(message)
+    if cfg.compile:
+        check_compile_backend(cfg.compile_backend)
+
+
+def check_compile_backend(name: str) -> None:
+    """BadInput unless ``name`` is a torch.compile backend (``inductor``, ``aot_eager``, ...)."""
+    from torch._dynamo import list_backends
+    from torch._dynamo.backends.registry import lookup_backend
+
+    try:
+        lookup_backend(name)
+    except Exception:  # torch raises its own InvalidBackend type
+        raise BadInput(f"compile_backend {name!r} is not a torch.compile backend; "
+                       f"e.g. {', '.join(dict.fromkeys(['inductor', 'aot_eager', *list_backends()]))}") from None
 
 
 def trained_steps(T: int, fraction: float | None) -> list[int]:

@@ -259,6 +259,8 @@ class Trainer:
             self.policy.denoiser = self.acc.prepare(transformer)
         if self.fsdp:
             self.params.bind_fsdp(self.acc, self.policy.denoiser)
+        if cfg.compile:  # after the DDP/FSDP wrap, as torch recommends; the parameters stay the same objects
+            self.policy.denoiser = torch.compile(self.policy.denoiser, backend=cfg.compile_backend)
         self.ema = {n: p.detach().clone() for n, p in self.params.named} if cfg.ema_decay > 0 else None
         self.step = 0
         self.run = plan.run

@@ -206,6 +206,8 @@ def test_an_existing_run_without_resume_is_refused(train_setting, static_run):
     (("--set", "learning_rate"), "KEY=VALUE"),
     (("--lambda", "1,2"), "lambda has 2 values"),
     (("--set", "kl_form=\"other\""), "kl_form must be one of"),
+    (("--set", "compile=2"), "compile = 2 is not a valid bool"),
+    (("--set", "compile=true", "--set", "compile_backend=\"nosuch\""), "'nosuch' is not a torch.compile backend"),
 ])
 def test_bad_options_are_refused_before_anything_is_written(train_setting, tmp_path, args, needle):
     out = tmp_path / "run"

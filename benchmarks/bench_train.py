@@ -45,7 +45,6 @@ jobs share the cores.)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import sys
@@ -80,15 +79,15 @@ def build_trainer(prompts: int, group_size: int, micro_batch: int | None, out: P
     return Trainer(plan, quiet=True, tensorboard=False)
 
 
-@contextlib.contextmanager
-def eager(tr: Trainer):
-    """Inside the block the policy calls the plain (uncompiled) transformer."""
-    live = tr.policy.denoiser
-    tr.policy.denoiser = tr.policy.pipe.transformer
-    try:
-        yield
-    finally:
-        tr.policy.denoiser = live
+def run_eager(tr: Trainer, fn):
+    """``fn`` with the policy calling the plain (uncompiled) transformer while it runs."""
+    def run(*args):
+        live, tr.policy.denoiser = tr.policy.denoiser, tr.policy.pipe.transformer
+        try:
+            return fn(*args)
+        finally:
+            tr.policy.denoiser = live
+    return run
 
 
 # ------------------------------------------------------------------ the baseline
@@ -213,13 +212,6 @@ def perturb_adapter(tr: Trainer, std: float = 0.02) -> None:
 
 
 # ------------------------------------------------------------------ the benchmark
-
-
-def run_eager(tr: Trainer, fn):
-    def run(*args):
-        with eager(tr):
-            return fn(*args)
-    return run
 
 
 def main(argv: list[str] | None = None) -> dict:

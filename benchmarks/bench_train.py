@@ -320,12 +320,12 @@ def main(argv: list[str] | None = None) -> dict:
     t = {k: np.asarray(v) for k, v in times.items()}
     micro = -(-pairs // cfg.micro_batch)
     label = {"recast": "recast", "compiled": "recast, compile = true"}
+    calls = {"sample": f"{-(-images // cfg.sample_batch)} chunk(s) of ≤{cfg.sample_batch} / "
+                       f"{cfg.prompts_per_step} groups of {cfg.group_size}",
+             "update": f"{micro} fwd/bwd of ≤{cfg.micro_batch} pairs / {len(tr.steps)} fwd/bwd of {images}",
+             "overall": ""}
     rows = []
     for side in sides[1:]:
-        calls = {"sample": f"{-(-images // cfg.sample_batch)} chunk(s) of ≤{cfg.sample_batch} / "
-                           f"{cfg.prompts_per_step} groups of {cfg.group_size}",
-                 "update": f"{micro} fwd/bwd of ≤{cfg.micro_batch} pairs / {len(tr.steps)} fwd/bwd of {images}",
-                 "overall": ""}
         for stage in ("sample", "update", "overall"):
             if stage == "overall":
                 mine, theirs = t[f"{side}_sample"] + t[f"{side}_update"], t["base_sample"] + t["base_update"]

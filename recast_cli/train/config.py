@@ -121,8 +121,6 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             inner = float if "float" in kind else str
             return tuple(inner(v.strip() if isinstance(v, str) else v) for v in value)
         if kind == "bool":
-            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-                return value.strip().lower() == "true"
             if not isinstance(value, bool):
                 raise TypeError
             return value

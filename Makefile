@@ -53,7 +53,7 @@ demo: $(STAMP)
 	$(BIN)/recast sample-positive --setting toy --source renderer --n 4 --out $(DEMO)/positives
 	$(BIN)/recast estimate --policy toy --rewards toy_color,toy_shape,toy_sharpness --positives $(DEMO)/positives \
 	    --steps 10 --n 4 --k 2 --p 8 --out $(DEMO)/gains.parquet
-	$(BIN)/recast solve-w --gains $(DEMO)/gains.parquet --lambda 1,1,1 --out $(DEMO)/W-recast.safetensors
+	$(BIN)/recast solve-w --gains $(DEMO)/gains.parquet --lambda 1,1,1 --skip-clean 1 --out $(DEMO)/W-recast.safetensors
 	$(BIN)/recast inspect $(DEMO)/W-recast.safetensors --plot $(DEMO)/fig1.png
 	$(BIN)/recast plot --gains $(DEMO)/gains.parquet --d-curves --out $(DEMO)/D.png
 	rm -rf $(DEMO)/run

@@ -577,10 +577,12 @@ def _ranges(ts: Sequence[int]) -> str:
 class WeightMatrix:
     """The reward x step weight matrix W (E12) with the gains it was solved from.
 
-    ``W[i, t-1]`` is the weight of reward i at step t; rows sum to λ̂_i, and in mode
-    ``recast`` every column sums to 1/T. ``sigmas`` runs σ_T … σ_0 (scheduler order).
-    ``gain`` holds ΔD_{i,t} on this grid (after E9 resampling, before E10). ``info`` holds
-    solver facts (iterations, marginal error, floor, indiscriminable rewards, spill shares).
+    ``W[i, t-1]`` is the weight of reward i at step t. ``trained_steps`` lists the steps the
+    trainer trains (t ascending; None: all T): every other column is zero, rows sum to λ̂_i,
+    and in modes ``recast`` and ``static`` every trained column sums to 1/T' (T' trained
+    steps). ``sigmas`` runs σ_T … σ_0 (scheduler order). ``gain`` holds ΔD_{i,t} on this grid
+    (after E9 resampling, before E10). ``info`` holds solver facts (iterations, marginal
+    error, floor, indiscriminable rewards, spill shares).
     """
 
     W: np.ndarray
@@ -592,10 +594,21 @@ class WeightMatrix:
     sigmas: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
     provenance: Provenance | None = None
+    trained_steps: tuple[int, ...] | None = None
 
     @property
     def T(self) -> int:
         return int(self.W.shape[1])
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        """The trained steps t (ascending): ``trained_steps``, or every step 1 … T."""
+        return tuple(range(1, self.T + 1)) if self.trained_steps is None else tuple(self.trained_steps)
+
+    @property
+    def skip_clean(self) -> int:
+        """How many of the cleanest steps carry no weight (``solve-w --skip-clean``)."""
+        return self.T - len(self.steps)
 
     @property
     def m(self) -> int:
@@ -626,6 +639,40 @@ def validate_weights(w: WeightMatrix, where: str = "weight matrix") -> None:
         raise BadInput(f"{where}: 'sigmas' must hold T + 1 = {w.T + 1} values, got {sig.size}")
     if not (np.all(np.isfinite(sig)) and np.all(np.diff(sig) < 0) and sig[-1] == 0.0):
         raise BadInput(f"{where}: 'sigmas' must run strictly down from σ_T to σ_0 = 0")
+    check_marginals(w, where)
+
+
+#: Tolerance of the marginals a W file must meet against its own metadata.
+MARGINAL_TOL = 1e-8
+
+
+def check_marginals(w: WeightMatrix, where: str = "weight matrix") -> None:
+    """BadInput unless W agrees with its metadata (E12): rows sum to the recorded λ̂, the
+    untrained columns are zero and, in modes ``recast`` and ``static``, each trained column
+    sums to 1/T' (all to ``MARGINAL_TOL``). A rescaled or relabelled tensor is refused."""
+    steps = w.trained_steps
+    if steps is not None:
+        if (not steps or list(steps) != sorted(set(steps))
+                or not all(isinstance(t, int) and 1 <= t <= w.T for t in steps)):
+            raise BadInput(f"{where}: 'trained_steps' must list distinct steps of 1 … {w.T} in ascending order, "
+                           f"got {list(steps)}")
+    trained = np.array(w.steps) - 1
+    untrained = np.setdiff1d(np.arange(w.T), trained)
+    if untrained.size and np.any(w.W[:, untrained] != 0):
+        raise BadInput(f"{where}: W puts weight on steps {[int(j) + 1 for j in untrained if w.W[:, j].any()]}, "
+                       f"which its metadata says are not trained")
+    lam_hat = np.asarray(w.lam, dtype=np.float64) / float(np.sum(w.lam))
+    rows = w.W.sum(axis=1)
+    if np.max(np.abs(rows - lam_hat)) > MARGINAL_TOL:
+        raise BadInput(f"{where}: the rows of W sum to {np.round(rows, 6).tolist()}, not to the recorded "
+                       f"λ̂ = {np.round(lam_hat, 6).tolist()} (λ = {list(w.lam)})")
+    if w.mode in ("recast", "static"):
+        cols = w.W[:, trained].sum(axis=0)
+        target = 1.0 / len(trained)
+        if np.max(np.abs(cols - target)) > MARGINAL_TOL:
+            worst = int(trained[np.argmax(np.abs(cols - target))]) + 1
+            raise BadInput(f"{where}: mode {w.mode!r} needs every trained column of W to sum to 1/T' = "
+                           f"{target:.6g}; step {worst} sums to {float(w.W[:, worst - 1].sum()):.6g}")
 
 
 def write_weights(path: str | os.PathLike[str], w: WeightMatrix, *, config: Mapping[str, Any] | None = None,
@@ -648,6 +695,8 @@ def write_weights(path: str | os.PathLike[str], w: WeightMatrix, *, config: Mapp
         "sigmas": _json_dumps([float(s) for s in w.sigmas]),
         "info": _json_dumps(w.info),
     }
+    if w.trained_steps is not None:
+        metadata["trained_steps"] = _json_dumps([int(t) for t in w.trained_steps])
     tensors = {"W": np.ascontiguousarray(w.W, dtype=np.float64), "gain": np.ascontiguousarray(w.gain, dtype=np.float64)}
     atomic_write_bytes(path, st_save(tensors, metadata=metadata))
     return provenance
@@ -692,6 +741,11 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
         tau = float(meta["tau"])
     except (TypeError, ValueError):
         raise BadInput(f"{where}: metadata 'lambda', 'sigmas' and 'tau' must be numbers") from None
+    trained_steps = meta.get("trained_steps")
+    if trained_steps is not None:
+        if not isinstance(trained_steps, list) or not all(type(t) is int for t in trained_steps):
+            raise BadInput(f"{where}: metadata 'trained_steps' must be a list of step numbers")
+        trained_steps = tuple(trained_steps)
     w = WeightMatrix(
         W=tensors["W"],
         gain=tensors["gain"],
@@ -702,6 +756,7 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
         sigmas=sigmas,
         info=meta.get("info", {}),
         provenance=Provenance.from_metadata(meta, where),
+        trained_steps=trained_steps,
     )
     validate_weights(w, where)
     return w
@@ -841,6 +896,9 @@ POSITIVE_COLUMNS: dict[str, pa.DataType] = {
 #: Optional, nullable: null = the image is a positive for every reward (a surrogate generator);
 #: a name = a positive of that reward's π⁺ only (``self`` sampling-importance-resampling).
 POSITIVE_REWARD_COLUMN = ("reward", pa.string())
+#: Optional, nullable: the std of the row's reward over the π^old draws its prompt's positives
+#: were resampled from (``self`` with standardisation): the scale r̃ = r / s of its tilt (E2).
+POSITIVE_SCALE_COLUMN = ("reward_std", pa.float64())
 
 
 @dataclass(frozen=True)
@@ -848,7 +906,8 @@ class PositiveSample:
     """One π⁺ image: ``image_path`` is relative to the positives folder; ``seed`` may be -1 (none).
 
     ``reward`` is None when the image serves every reward, else the one reward whose π⁺_i (E2)
-    it was resampled for; rows of different rewards may share one image file.
+    it was resampled for; rows of different rewards may share one image file. ``reward_std``
+    is the π^old scale of that reward's tilt when the source recorded one (``self``).
     """
 
     prompt_id: int
@@ -859,6 +918,7 @@ class PositiveSample:
     seed: int
     sha256: str
     reward: str | None = None
+    reward_std: float | None = None
 
 
 @dataclass(frozen=True)
@@ -909,6 +969,8 @@ def write_positives_manifest(root: str | os.PathLike[str], samples: Sequence[Pos
         raise BadInput(f"{root}: either every row names its reward or none does")
     provenance = Provenance.new(POSITIVES_SCHEMA, config, sources)
     fields = [*POSITIVE_COLUMNS.items(), POSITIVE_REWARD_COLUMN]
+    if any(s.reward_std is not None for s in samples):
+        fields.append(POSITIVE_SCALE_COLUMN)
     columns = {name: pa.array([getattr(s, name) for s in samples], type=dtype) for name, dtype in fields}
     table = pa.table(columns, schema=pa.schema(fields))
     metadata = {**dict(meta or {}), **provenance.to_metadata()}
@@ -936,6 +998,15 @@ def read_positives(root: str | os.PathLike[str], verify: bool = True) -> Positiv
             raise BadInput(f"{where}: column {reward_name!r} must name a reward on every row or on none")
         for row, reward in zip(rows, column.to_pylist()):
             row[reward_name] = reward
+    scale_name = POSITIVE_SCALE_COLUMN[0]
+    if scale_name in arrow.column_names:
+        column = arrow.column(scale_name)
+        if not (pa.types.is_floating(column.type) or pa.types.is_null(column.type)):
+            raise BadInput(f"{where}: column {scale_name!r} has type {column.type}, expected float64")
+        for row, scale in zip(rows, column.to_pylist()):
+            if scale is not None and not (math.isfinite(scale) and scale >= 0):
+                raise BadInput(f"{where}: column {scale_name!r} holds {scale!r}; a std is finite and >= 0")
+            row[scale_name] = scale
     samples = tuple(PositiveSample(**row) for row in rows)
     keys = [_positive_key(s) for s in samples]
     if len(set(keys)) != len(keys):

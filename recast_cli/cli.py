@@ -94,11 +94,14 @@ def solve_w_command(
     shift: Optional[float] = typer.Option(None, help="Shift of the flowmatch grid (SD3.5: 3.0)."),
     floor: float = typer.Option(DEFAULT_FLOOR, help="Rows whose total gain is below floor x the largest "
                                                     "are indiscriminable and become uniform (E10)."),
+    skip_clean: int = typer.Option(0, "--skip-clean", help="The K cleanest steps t = 1…K are not trained: W = 0 "
+                                                           "there, the solve runs over the other T − K steps."),
 ) -> None:
     """Turn a gain table into the reward x step weight matrix W (E9-E12)."""
     from recast_cli.solve import solve_w
 
-    report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, floor=floor)
+    report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, floor=floor,
+                     skip_clean=skip_clean)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     w = report.weights
@@ -107,7 +110,8 @@ def solve_w_command(
         out.print(f"Sinkhorn: {info['iterations']} iterations, max marginal error {info['marginal_error']:.2e}")
     if info["resampled"]:
         out.print(f"gains resampled from T = {info['source_T']} to T = {w.T} through D(σ) (E9)")
-    table = Table(title=f"W ({mode}, τ = {tau:g}, T = {w.T})", title_justify="left")
+    trained = f", trained steps {w.skip_clean + 1}…{w.T}" if w.skip_clean else ""
+    table = Table(title=f"W ({mode}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
     for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
         table.add_column(name, justify="left" if name == "reward" else "right")
     lam_total = sum(w.lam)

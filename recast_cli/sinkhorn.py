@@ -155,25 +155,40 @@ class Solution:
 
 def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: float = DEFAULT_TAU,
                   floor: float = DEFAULT_FLOOR, noise: np.ndarray | None = None,
-                  tol: float = DEFAULT_TOL) -> Solution:
-    """E10-E12 (or a closed-form baseline) for per-step gains ``gain`` [m, T] and budgets ``lam`` [m]."""
+                  tol: float = DEFAULT_TOL, skip_clean: int = 0) -> Solution:
+    """E10-E12 (or a closed-form baseline) for per-step gains ``gain`` [m, T] and budgets ``lam`` [m].
+
+    ``skip_clean`` = K: the trainer does not train the K cleanest steps t = 1 … K, so they get
+    W = 0 and the method runs on the T' = T − K trained columns alone: E10 normalises each row
+    over them, E12 balances rows to λ̂ and each trained column to 1/T' (``static``: λ̂/T' on
+    every trained step; ``nosink``: row marginals over the trained steps). Every reward thus
+    spends its whole budget λ̂_i where the trainer trains.
+    """
     gain = np.asarray(gain, dtype=np.float64)
     m, steps = gain.shape
-    low = indiscriminable_rows(gain, floor, noise)
-    normalised = mean_normalised_gain(gain, low)
+    if not 0 <= skip_clean < steps:
+        raise ValueError(f"skip_clean = {skip_clean} must lie in [0, T = {steps})")
+    trained = gain[:, skip_clean:]
+    low = indiscriminable_rows(trained, floor, noise)
+    normalised = np.zeros_like(gain)
+    normalised[:, skip_clean:] = mean_normalised_gain(trained, low)
     row = lambda_hat(lam)
-    col = np.full(steps, 1.0 / steps)
+    col = np.full(steps - skip_clean, 1.0 / (steps - skip_clean))
+    iterations = 0
     if mode == "static":
-        W = static_weights(lam, steps)
-        return Solution(W, normalised, low, 0, marginal_error(W, row, col))
-    log_k = log_affinity(normalised, tau)
-    if mode == "nosink":
-        W = nosink_weights(log_k, lam)
-        return Solution(W, normalised, low, 0, float(np.abs(W.sum(axis=1) - row).max()))
-    if mode != "recast":
+        sub = static_weights(lam, steps - skip_clean)
+        error = marginal_error(sub, row, col)
+    elif mode == "nosink":
+        sub = nosink_weights(log_affinity(normalised[:, skip_clean:], tau), lam)
+        error = float(np.abs(sub.sum(axis=1) - row).max())
+    elif mode == "recast":
+        result = sinkhorn_log(log_affinity(normalised[:, skip_clean:], tau), row, col, tol=tol)
+        sub, iterations, error = result.W, result.iterations, result.error
+    else:
         raise ValueError(f"unknown mode {mode!r}")
-    result = sinkhorn_log(log_k, row, col, tol=tol)
-    return Solution(result.W, normalised, low, result.iterations, result.error)
+    W = np.zeros_like(gain)
+    W[:, skip_clean:] = sub
+    return Solution(W, normalised, low, iterations, error)
 
 
 def spill_share(W: np.ndarray, gain: np.ndarray, level: float = SPILL_LEVEL) -> np.ndarray:

@@ -68,8 +68,12 @@ class SolveReport:
 
 def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike[str], *, mode: str = "recast",
             tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None,
-            shift: float | None = None, floor: float = DEFAULT_FLOOR) -> SolveReport:
-    """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input)."""
+            shift: float | None = None, floor: float = DEFAULT_FLOOR, skip_clean: int = 0) -> SolveReport:
+    """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input).
+
+    ``skip_clean`` = K leaves the K cleanest steps untrained: they get W = 0 and the solve runs
+    over the other T' = T − K columns (rows λ̂, trained columns 1/T'), as the trainer needs.
+    """
     if mode not in MODES:
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not (math.isfinite(tau) and tau > 0):
@@ -82,6 +86,8 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--grid must be one of {', '.join(GRID_KINDS)}, got {grid!r}")
     if shift is not None and not (math.isfinite(shift) and shift > 0):
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
+    if skip_clean < 0:
+        raise BadInput(f"--skip-clean must be >= 0, got {skip_clean}")
     out_path = check_writable(out)
     table = read_gains(gains)
     lam = parse_lambda(lam_text, table.rewards)
@@ -94,18 +100,21 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         sigmas = spec.sigmas(steps if steps is not None else table.T)
         gain = table.gain if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, table.gain, sigmas)
 
+    T = len(sigmas) - 1
+    if skip_clean >= T:
+        raise BadInput(f"--skip-clean {skip_clean} leaves no trained step on a T = {T} grid (use 0 … {T - 1})")
     noise = None
     if table.D_lo is not None and table.D_hi is not None:
         noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
-    solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise)
-    totals = gain.sum(axis=1)
+    solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean)
+    totals = gain[:, skip_clean:].sum(axis=1)
     warnings = [
         f"reward {name!r} is indiscriminable (total gain {totals[i]:.3g} is below the floor "
         f"{floor:g} x the largest total{' or its bootstrap noise' if noise is not None else ''}); "
         f"its row of W is uniform"
         for i, name in enumerate(table.rewards) if solution.indiscriminable[i]
     ]
-    spill = spill_share(solution.W, gain)
+    spill = spill_share(solution.W[:, skip_clean:], gain[:, skip_clean:])
     info = {
         "iterations": solution.iterations,
         "marginal_error": solution.error,
@@ -124,9 +133,10 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         tau=tau,
         sigmas=sigmas[::-1].copy(),
         info=info,
+        trained_steps=tuple(range(skip_clean + 1, T + 1)),
     )
     config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
-              "grid": spec.to_json() if spec else None, "floor": floor}
+              "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean}
     provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
     return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
 

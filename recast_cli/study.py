@@ -28,10 +28,13 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
     """The Make fragment of a setting's study (see the module docstring)."""
     from recast_cli.settings import load_setting
     from recast_cli.settings_check import load_study
+    from recast_cli.train.config import config_from_setting, trained_steps
 
     setting = load_setting(setting_name)
     study = load_study(setting)
     steps = setting.policy.steps
+    # W lives on the steps the trainer trains (E13): the cleanest ones it skips get no weight
+    skip = steps - len(trained_steps(steps, config_from_setting(setting.raw, setting.file).train_fraction))
     q = shlex.quote
     S = q(str(setting.file))
     R = str(root)
@@ -100,7 +103,7 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
             lines += [
                 f"{W}: {gains}",
                 f"\t$(RECAST) solve-w --gains {gains} --lambda {lam} --mode {mode} --tau {study.tau:g} "
-                f"--steps {steps} --out $@",
+                f"--steps {steps} --skip-clean {skip} --out $@",
                 "",
             ]
             for seed in study.seeds:

@@ -429,7 +429,8 @@ def _summarise_estimation(artifact: GainTable | WeightMatrix | ScoreTable | Posi
             "rewards": rows,
         }
     w = artifact
-    spill = spill_share(w.W, w.gain)
+    trained = np.array(w.steps) - 1
+    spill = spill_share(w.W[:, trained], w.gain[:, trained])
     lam_hat = np.asarray(w.lam) / np.sum(w.lam)
     rows = [
         {
@@ -450,6 +451,8 @@ def _summarise_estimation(artifact: GainTable | WeightMatrix | ScoreTable | Posi
         "mode": w.mode,
         "tau": w.tau,
         "T": w.T,
+        "trained_steps": list(w.steps),
+        "trained_steps_recorded": w.trained_steps is not None,
         "sigmas": w.sigmas.tolist(),
         "column_sums": w.W.sum(axis=0).tolist(),
         "solver": w.info,
@@ -511,8 +514,15 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
         if solver:
             facts.add_row("solver", f"{solver.get('iterations', 0)} iterations, "
                                     f"max marginal error {solver.get('marginal_error', float('nan')):.2e}")
-        col = np.array(summary["column_sums"])
-        facts.add_row("columns", f"T·Σ_i W_it from {col.min() * summary['T']:.6f} to {col.max() * summary['T']:.6f}")
+        steps = summary.get("trained_steps") or list(range(1, summary["T"] + 1))
+        Tp = len(steps)
+        skipped = summary["T"] - Tp
+        note = "" if summary.get("trained_steps_recorded", True) else " (not recorded: a file from before trained_steps)"
+        facts.add_row("trained", (f"t = {steps[0]}…{steps[-1]}: {Tp} of T = {summary['T']} steps, the {skipped} "
+                                  f"cleanest get W = 0 (--skip-clean {skipped})" if skipped else
+                                  f"every step, T' = T = {summary['T']}") + note)
+        col = np.array(summary["column_sums"])[np.array(steps) - 1]
+        facts.add_row("columns", f"T'·Σ_i W_it over the trained steps from {col.min() * Tp:.6f} to {col.max() * Tp:.6f}")
         row_err = max(abs(r["row_sum"] - r["lambda_hat"]) for r in summary["rewards"])
         facts.add_row("rows", f"max |Σ_t W_it − λ̂_i| = {row_err:.1e}")
         table = Table(title="per reward (spill: share of W where the gain is < 1% of its peak)",
@@ -521,11 +531,12 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
         for name in ("λ", "D_0", "peak t", "spill"):
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("W: clean → noisy", no_wrap=True)
-        table.add_column("max T·W", justify="right")
+        table.add_column("max T'·W", justify="right")
         for r in summary["rewards"]:
             spill = "—" if r["spill_share"] is None else f"{100 * r['spill_share']:.1f}%"
             table.add_row(r["reward"], f"{r['lambda']:g}", f"{r['D0']:.4g}",
-                          str(r["peak_t"]), spill, sparkline(np.array(r["W"])), f"{max(r['W']) * summary['T']:.3f}")
+                          str(r["peak_t"]), spill, sparkline(np.array(r["W"])),
+                          f"{max(r['W']) * len(summary.get('trained_steps') or r['W']):.3f}")
     console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
     if table is not None:
         console.print(table)

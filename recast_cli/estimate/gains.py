@@ -4,7 +4,7 @@ Everything here works on the dense score array of a ``recast.scores/1`` table,
 ``scores[p, n, t, k, i]`` (prompt, sample, step, rollout, reward), so a gain table can be
 recomputed for another α, β, projection or bootstrap without a single rollout.
 
-Top to bottom: standardise the rewards per prompt (§4), estimate log ĥ per sample and step
+Top to bottom: standardise the rewards per prompt by their std under π^old (§2, §4), estimate log ĥ per sample and step
 (E3), turn them into the per-prompt discriminability D̂'_t(c) with π⁺-sampling (E6) or
 π^old-sampling (E8), shift by the noisiest step and average over prompts (E7), project onto
 non-increasing curves and difference into gains (E5, isotonic or clip), and bootstrap over
@@ -23,17 +23,20 @@ SAMPLINGS = ("pplus", "pold")
 
 
 def reward_scale(scores: np.ndarray, standardise: bool) -> np.ndarray:
-    """s_{p,i}: the std of reward i over the rollouts of prompt p (t ≥ 1), or 1 when not standardising.
+    """s_{p,i}: the std of reward i under π^old for prompt p (METHOD.md §2), or 1 when not standardising.
 
-    Only the scale matters: r̃ = (r − mean)/std and r/std differ by a per-prompt constant in
-    log h, which the shift E7 removes. A reward that is constant over a prompt's rollouts
-    carries no information there; its scale is set to 1 so r̃ stays finite.
+    The π^old samples are the rollouts from pure noise (t = T): x_T is exact noise under every
+    sampling, so those N·K endpoints are exact draws of the policy, unlike the rollouts from
+    π⁺-started states at t < T. Only the scale matters: r̃ = (r − mean)/std and r/std differ
+    by a per-prompt constant in log h, which the shift E7 removes. A reward that is constant
+    over a prompt's π^old draws carries no information there; its scale is set to 1 so r̃
+    stays finite.
     """
     P, m = scores.shape[0], scores.shape[-1]
     if not standardise:
         return np.ones((P, m))
-    rollouts = scores[:, :, 1:].reshape(P, -1, m)
-    std = rollouts.std(axis=1)
+    draws = scores[:, :, -1].reshape(P, -1, m)
+    std = draws.std(axis=1)
     return np.where(std > 0, std, 1.0)
 
 
@@ -151,9 +154,14 @@ class GainEstimate:
 
 
 def per_prompt_discriminability(scores: np.ndarray, alpha: float, beta: float, sampling: str,
-                                standardise: bool, jackknife: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """D̂'_{i,t}(c) for every prompt ([P, T+1, m]) and the reward scales used ([P, m])."""
-    scale = reward_scale(scores, standardise)
+                                standardise: bool, jackknife: bool = False,
+                                scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """D̂'_{i,t}(c) for every prompt ([P, T+1, m]) and the reward scales used ([P, m]).
+
+    ``scale`` [P, m] overrides the π^old std of ``reward_scale`` (e.g. the scale ``self``
+    positives were tilted with); it is used only when standardising.
+    """
+    scale = reward_scale(scores, standardise) if scale is None or not standardise else np.asarray(scale, np.float64)
     lh = log_h(scores, scale, beta)
     if sampling == "pplus":
         if jackknife and alpha != 2.0:
@@ -176,17 +184,20 @@ def surrogate_check(scores: np.ndarray, scale: np.ndarray, beta: float, rewards:
         q = z[:, :, -1, :, i].ravel()
         pos = z[:, :, 0, 0, i].ravel()
         shift = max(q.max(), pos.max())
-        wq, wp = np.exp(q - shift), np.exp(pos - shift)
-        # both sides carry the same factor exp(−shift), so they stay comparable
-        out[name] = {"positives": float(wp.mean()), "policy": float((wq**2).mean() / wq.mean())}
+        # both sides carry the same factor exp(−shift), so they stay comparable; the policy side
+        # mean(w²)/mean(w) is taken in the log domain, so it underflows to 0, never to 0/0
+        policy = np.exp(logsumexp(2 * (q - shift)) - logsumexp(q - shift))
+        out[name] = {"positives": float(np.exp(pos - shift).mean()), "policy": float(policy)}
     return out
 
 
 def estimate_gains(scores: np.ndarray, rewards: tuple[str, ...], alpha: float = 2.0, beta: float = 1.0,
                    sampling: str = "pplus", monotone: str = "isotonic", standardise: bool = True,
-                   bootstrap: int = 200, seed: int = 0, jackknife: bool = False) -> GainEstimate:
-    """E3-E8 end to end from a dense score array [P, N, T+1, K, m]."""
-    d_prompt, scale = per_prompt_discriminability(scores, alpha, beta, sampling, standardise, jackknife)
+                   bootstrap: int = 200, seed: int = 0, jackknife: bool = False,
+                   scale: np.ndarray | None = None) -> GainEstimate:
+    """E3-E8 end to end from a dense score array [P, N, T+1, K, m] (``scale``: see
+    ``per_prompt_discriminability``)."""
+    d_prompt, scale = per_prompt_discriminability(scores, alpha, beta, sampling, standardise, jackknife, scale)
     D = shift_and_average(d_prompt)
     m = D.shape[1]
     raw_gain, gain = zip(*(monotone_gains(D[:, i], monotone) for i in range(m)))

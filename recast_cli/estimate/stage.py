@@ -210,6 +210,10 @@ def build_world(cfg: EstimateConfig) -> World:
         manifest = Source.of(Path(cfg.positives) / "manifest.parquet")
         positives_info = {"source": str(cfg.positives), "sha256": manifest.sha256,
                           "generator": pos.meta.get("generator")}
+        recorded = {(s.prompt_id, s.reward): s.reward_std for s in pos.samples if s.reward_std is not None}
+        if recorded and reward_sets != [None]:  # `self` positives: the π^old scale each tilt used (E2)
+            positives_info["reward_std"] = {str(pid): {r: recorded.get((pid, r)) for r in cfg.rewards}
+                                            for pid in prompt_ids}
         sources.append(manifest)
     elif spec.prompt_check == "toy":
         from recast_cli.toy.renderer import all_prompts
@@ -434,11 +438,12 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
         raise BadInput(f"{source}: the scores table holds no prompt")
     if opts.jackknife and table.scores.shape[3] < 2:
         raise BadInput("--jackknife needs K >= 2")
+    recorded, scale_source = _recorded_scale(table) if standardise else (None, "none (raw rewards)")
     written = []
     for alpha, out in zip(opts.alphas, outs):
         est = estimate_gains(table.scores, table.rewards, alpha=alpha, beta=beta, sampling=meta["sampling"],
                              monotone=opts.monotone, standardise=standardise, bootstrap=opts.bootstrap,
-                             seed=int(meta.get("seed", 0)), jackknife=opts.jackknife)
+                             seed=int(meta.get("seed", 0)), jackknife=opts.jackknife, scale=recorded)
         scale = est.reward_scale.mean(axis=0)
         gains = GainTable(
             rewards=table.rewards, sigmas=np.asarray(meta["sigmas"], dtype=np.float64), D=est.D,
@@ -449,6 +454,10 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
                 "sampling": meta["sampling"], "crn": meta["crn"], "monotone": opts.monotone,
                 "reward_std": {r: float(s) for r, s in zip(table.rewards, scale)} if standardise else
                 {r: 1.0 for r in table.rewards},
+                "reward_std_source": scale_source,
+                "reward_std_per_prompt": {str(pid): dict(zip(table.rewards, map(float, row)))
+                                          for pid, row in zip(table.prompt_ids, est.reward_scale)} if standardise
+                else None,
                 "standardise": standardise, "policy": meta["policy"], "positives": meta["positives"],
                 "rollout_noise": meta["rollout_noise"], "guidance_scale": meta["guidance_scale"],
                 "run_id": meta["run_id"], "grid": meta["grid"], "surrogate_check": est.surrogate,
@@ -460,6 +469,31 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
                                         "standardise": standardise}, sources=[source])
         written.append(gains)
     return written
+
+
+#: Where the standardising scale s_{p,i} of §2 came from, as recorded in a gain table.
+SCALE_POLD = "pold rollouts from pure noise (t = T)"
+SCALE_SIR = "recorded with the self positives (the std of their pi_old draws)"
+
+
+def _recorded_scale(table: ScoreTable) -> tuple[np.ndarray | None, str]:
+    """The scale [P, m] ``self`` positives were tilted with, else None: the π^old std at t = T.
+
+    SIR tilts each prompt's π^old draws by exp(r̃/β) with r̃ standardised over those draws; the
+    estimator must standardise by the same scale, or it measures another π⁺ than the positives
+    sample. A zero std (a constant reward) becomes 1, as in ``reward_scale``.
+    """
+    recorded = (table.meta.get("positives") or {}).get("reward_std")
+    if not recorded:
+        return None, SCALE_POLD
+    try:
+        scale = np.array([[recorded[str(pid)][r] for r in table.rewards] for pid in table.prompt_ids],
+                         dtype=np.float64)
+    except (KeyError, TypeError, ValueError):
+        return None, SCALE_POLD
+    if not np.all(np.isfinite(scale)):
+        return None, SCALE_POLD
+    return np.where(scale > 0, scale, 1.0), SCALE_SIR
 
 
 def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainTable]:

@@ -78,6 +78,7 @@ class Outcome:
     shared_stem: str | None = None
     refused: str | None = None
     failed: str | None = None
+    reward_std: float | None = None
 
 
 class PositiveSource(ABC):
@@ -361,5 +362,5 @@ def _store(out: Path, outcome: Outcome, resolution: int, source_name: str) -> Po
     if not (path.is_file() and sha256_file(path) == digest):
         atomic_write_bytes(path, data)
     return PositiveSample(job.prompt_id, job.prompt, job.sample_id, rel, source_name, outcome.seed, digest,
-                          job.reward)
+                          job.reward, outcome.reward_std)
 

@@ -130,9 +130,12 @@ class SelfSource(PositiveSource):
                 self.ess[name].append(effective_sample_size(tilt_weights(scores, self.beta, self.standardise)))
                 picks = sir_resample(scores, self.n, self.beta, np.random.default_rng([base, prompt_id, index]),
                                      self.standardise)
+                # the π^old scale the tilt was standardised with: recorded so the estimator uses the same r̃
+                scale = float(np.std(np.asarray(scores, dtype=np.float64))) if self.standardise else None
                 for job in (j for j in wanted if j.reward == name):
                     seed = seeds[int(picks[job.sample_id])]
-                    yield Outcome(job, image=images[int(picks[job.sample_id])], seed=seed, shared_stem=f"draw-{seed}")
+                    yield Outcome(job, image=images[int(picks[job.sample_id])], seed=seed, shared_stem=f"draw-{seed}",
+                                  reward_std=scale)
 
     def _draw(self, policy, prompt: str, seeds: list[int]) -> list:
         """S images of π^old for one prompt (8-bit, so the scored pixels are the stored ones)."""

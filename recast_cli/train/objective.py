@@ -31,15 +31,17 @@ def group_advantages(rewards: torch.Tensor, group_size: int, global_std: bool = 
     return (centred / (std + ADV_EPS)).view(B, m)
 
 
-def step_advantages(adv: torch.Tensor, W: torch.Tensor, clip: float | None = None) -> torch.Tensor:
-    """E13: ``A_t = T·Σ_i W_{i,t}·A_i`` for every sample and step, then clipped to ±clip.
+def step_advantages(adv: torch.Tensor, W: torch.Tensor, clip: float | None = None,
+                    trained: int | None = None) -> torch.Tensor:
+    """E13: ``A_t = T'·Σ_i W_{i,t}·A_i`` for every sample and step, then clipped to ±clip.
 
-    ``adv`` [B, m]; ``W`` [m, T] with column t−1 the weights of step t (paper order).
-    Returns [B, T] (column t−1 is step t). A static W (``W_{i,t} = λ̂_i/T``) gives
-    ``Σ_i λ̂_i·A_i`` at every step.
+    ``adv`` [B, m]; ``W`` [m, T] with column t−1 the weights of step t (paper order), zero on
+    the steps the trainer does not train; ``trained`` = T', the number of trained steps
+    (default: all T). Returns [B, T] (column t−1 is step t). A static W (``W_{i,t} = λ̂_i/T'``
+    on the trained steps) gives ``Σ_i λ̂_i·A_i`` at every trained step.
     """
     W = W.to(adv.dtype)
-    out = adv @ (W * W.shape[1])
+    out = adv @ (W * (W.shape[1] if trained is None else trained))
     return out if clip is None else out.clamp(-clip, clip)
 
 

@@ -8,7 +8,8 @@ One iteration (a "step" in the metrics and checkpoints):
    do not depend on how many processes share the work. Rewards are scored in a worker
    thread while the next chunk is sampled.
 2. **Advantages**: per-reward group normalisation over the gathered rewards, then E13
-   ``A_t = T·Σ_i W_{i,t}·A_i``, clipped to ±adv_clip.
+   ``A_t = T'·Σ_i W_{i,t}·A_i`` over the T' trained steps (W is zero on the others), clipped
+   to ±adv_clip.
 3. **Update**: every (image, trained step) pair is one term of the loss, the PPO-clipped
    ratio times A_t plus β_KL times the exact Gaussian KL to the reference policy (adapter
    off). Pairs of different steps share one forward/backward (the model takes a per-sample
@@ -49,23 +50,29 @@ RUN_SCHEMA = "recast.run/1"
 # ------------------------------------------------------------------ W against the setting and the sampler
 
 
-def static_weights(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray) -> WeightMatrix:
-    """The static W of a setting: ``W_{i,t} = λ̂_i / T`` on the sampler's grid."""
+def static_weights(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray,
+                   steps: list[int] | None = None) -> WeightMatrix:
+    """The static W of a setting: ``W_{i,t} = λ̂_i / T'`` on the T' trained ``steps``, 0 elsewhere."""
     T = len(sigmas_desc) - 1
+    trained = sorted(steps) if steps is not None else list(range(1, T + 1))
     lam_hat = np.asarray(lam, dtype=np.float64) / float(np.sum(lam))
-    W = np.repeat(lam_hat[:, None] / T, T, axis=1)
+    W = np.zeros((len(lam_hat), T))
+    W[:, np.array(trained) - 1] = lam_hat[:, None] / len(trained)
     return WeightMatrix(W=W, gain=np.zeros_like(W), rewards=rewards, lam=tuple(float(x) for x in lam),
                         mode="static", tau=1.0, sigmas=np.asarray(sigmas_desc, dtype=np.float64),
-                        info={"built_by": "recast train --weights static"})
+                        info={"built_by": "recast train --weights static"}, trained_steps=tuple(trained))
 
 
 def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, shift: float | None, where: str) -> None:
-    """BadInput unless W is for the setting's rewards (same order), λ and the sampler's grid."""
+    """BadInput unless W is for the setting's rewards (same order), λ, the sampler's grid and
+    the steps the trainer trains (E13 spends W only there)."""
     if tuple(w.rewards) != tuple(cfg.rewards):
         raise BadInput(f"{where} is for rewards ({', '.join(w.rewards)}), the setting trains "
                        f"({', '.join(cfg.rewards)}) in that order")
     T = len(sigmas_desc) - 1
-    hint = f"`recast solve-w --steps {T} --grid flowmatch" + (f" --shift {shift:g}`" if shift else "`")
+    skip = T - len(trained_steps(T, cfg.train_fraction))
+    hint = (f"`recast solve-w --steps {T} --grid flowmatch" + (f" --shift {shift:g}" if shift else "")
+            + (f" --skip-clean {skip}`" if skip else "`"))
     if w.T != T:
         raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
     if np.max(np.abs(np.asarray(w.sigmas) - sigmas_desc)) > 1e-6:
@@ -75,6 +82,14 @@ def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, sh
     if np.max(np.abs(a - b)) > 1e-9:
         raise BadInput(f"{where} was solved for lambda {list(w.lam)}, the run uses {list(cfg.lam)} "
                        "(pass --lambda or solve W again)")
+    trained = set(trained_steps(T, cfg.train_fraction))
+    weighted = {t for t in range(1, T + 1) if np.any(w.W[:, t - 1] != 0)}
+    if weighted - trained:
+        raise BadInput(f"{where} puts weight on step(s) {sorted(weighted - trained)}, which the trainer does not "
+                       f"train (it trains t = {min(trained)}…{max(trained)}); solve it with --skip-clean {skip}")
+    if trained - weighted:
+        raise BadInput(f"{where} gives trained step(s) {sorted(trained - weighted)} a zero column; "
+                       f"solve it with --skip-clean {skip}")
 
 
 def sample_seeds(seed: int, step: int, index: np.ndarray) -> torch.Tensor:
@@ -128,7 +143,7 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
     if sigmas_desc is None:
         sigmas_desc, shift = scheduler_grid(setting.policy)
     if weights == "static":
-        w = static_weights(cfg.rewards, cfg.lam, sigmas_desc)
+        w = static_weights(cfg.rewards, cfg.lam, sigmas_desc, trained_steps(len(sigmas_desc) - 1, cfg.train_fraction))
     else:
         w = read_weights(weights)
         check_weights(w, cfg, sigmas_desc, shift, weights)
@@ -401,7 +416,7 @@ class Trainer:
         adv = group_advantages(all_rewards, self.cfg.group_size, global_std=self.cfg.adv_std == "global")
         per = (self.cfg.prompts_per_step // self.world) * self.cfg.group_size
         local = adv[self.rank * per: (self.rank + 1) * per]
-        return adv, step_advantages(local, self.W, clip=self.cfg.adv_clip)
+        return adv, step_advantages(local, self.W, clip=self.cfg.adv_clip, trained=len(self.steps))
 
     def pair_loss(self, batch: Batch, adv_t: torch.Tensor, pairs: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
         """Summed loss of (image, step) pairs, all steps in one batched forward; with its parts."""
@@ -482,11 +497,11 @@ class Trainer:
         self.step = step + 1
         means = all_rewards.mean(dim=0).numpy()
         stds = all_rewards.std(dim=0, unbiased=False).numpy()
-        Tw = self.W * self.T
+        Tw = self.W * len(self.steps)
         per_reward = {name: {"reward_mean": float(means[i]), "reward_std": float(stds[i]),
                              "adv_abs": (adv[:, i].abs()[:, None] * Tw[i][None, :]).mean(dim=0).tolist()}
                       for i, name in enumerate(self.cfg.rewards)}
-        full_t = step_advantages(adv, self.W, clip=self.cfg.adv_clip)
+        full_t = step_advantages(adv, self.W, clip=self.cfg.adv_clip, trained=len(self.steps))
         scalars = {"aggregate": float(np.dot(self.lam, means)), **stats, "lr": lr,
                    "images": int(len(all_rewards)), "sample_s": t1 - t0, "update_s": t2 - t1}
         return {"per_reward": per_reward, "scalars": scalars, "step_adv_abs": full_t.abs().mean(dim=0).tolist()}

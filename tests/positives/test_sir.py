@@ -85,6 +85,36 @@ def test_self_writes_one_positive_set_per_reward_and_resumes(tmp_path, tiny_pipe
     assert again.exit_code == 0 and read_positives(tmp_path / "out").samples == positives.samples
 
 
+def test_self_positives_record_their_tilt_scale_and_the_estimator_uses_it(tmp_path, tiny_pipeline):
+    """The std of each reward over a prompt's S π^old draws is the scale r̃ = r/s of its tilt (E2);
+    the gain table standardises by that recorded scale and says so."""
+    from recast_cli.artifacts import read_gains, read_scores
+    from recast_cli.estimate.stage import SCALE_SIR
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red circle on a white background\n")
+    setting = setting_file(tmp_path, tiny_pipeline)
+    result = recast("sample-positive", "--setting", setting, "--prompts", prompts, "--source", "self",
+                    "--rewards", "toy_color,toy_shape", "--n", 2, "--draws", 4, "--batch", 4, "--device", "cpu",
+                    "--out", tmp_path / "pos")
+    assert result.exit_code == 0, result.stderr
+    rows = read_positives(tmp_path / "pos").samples
+    scales = {r.reward: r.reward_std for r in rows}
+    assert all(s is not None and s >= 0 for s in scales.values())
+    assert len({(r.reward, r.reward_std) for r in rows}) == 2  # one scale per (prompt, reward)
+    out = tmp_path / "g.parquet"
+    result = recast("estimate", "--policy", setting, "--rewards", "toy_color,toy_shape", "--positives", tmp_path / "pos",
+                    "--n", 2, "--k", 1, "--steps", 2, "--out", out)
+    assert result.exit_code == 0, result.stderr
+    meta = read_gains(out).meta
+    assert meta["reward_std_source"] == SCALE_SIR
+    expected = {r: (s if s > 0 else 1.0) for r, s in scales.items()}
+    assert meta["reward_std_per_prompt"] == {"0": pytest.approx(expected)}
+    # the π^old draws of this run (t = T) spread differently: it is the recorded scale that was used
+    scores = read_scores(tmp_path / "g.scores.parquet").scores
+    assert not np.allclose(scores[0, :, -1].reshape(-1, 2).std(axis=0), list(expected.values()))
+
+
 def test_self_refuses_fewer_draws_than_positives(tmp_path, tiny_pipeline):
     result = recast("sample-positive", "--setting", setting_file(tmp_path, tiny_pipeline), "--source", "self",
                     "--rewards", "toy_color", "--n", 4, "--draws", 2, "--out", tmp_path / "out")

@@ -86,8 +86,11 @@ def test_static_run_writes_a_complete_run_folder(static_run):
     record = json.loads((static_run / "run.json").read_text())
     assert record["mode"] == "static" and record["rewards"] == list(REWARDS) and record["lambda"] == [1.0, 2.0, 1.0]
     w = read_weights(static_run / "weights.safetensors")
-    assert w.mode == "static" and w.T == 4
-    np.testing.assert_allclose(w.W, np.repeat(np.array([[0.25], [0.5], [0.25]]) / 4, 4, axis=1), rtol=1e-15)
+    assert w.mode == "static" and w.T == 4 and w.trained_steps == (2, 3, 4)  # the trainer skips t = 1
+    expected = np.repeat(np.array([[0.25], [0.5], [0.25]]) / 3, 4, axis=1)
+    expected[:, 0] = 0.0
+    np.testing.assert_allclose(w.W, expected, rtol=1e-15)
+    assert record["config"]["trained_steps"] == [4, 3, 2]
     assert "max_steps = 4" in (static_run / "config.toml").read_text()
 
     metrics = pd.read_parquet(static_run / "metrics.parquet")
@@ -105,7 +108,8 @@ def test_static_run_writes_a_complete_run_folder(static_run):
 
 
 def test_a_solve_w_matrix_on_the_samplers_grid_trains(train_setting, gains_25, tmp_path):
-    w_path = solve(gains_25, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    w_path = solve(gains_25, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3",
+                   "--skip-clean", "1")
     assert read_weights(w_path).mode == "recast"
     out = tmp_path / "run"
     result = train(train_setting, w_path, out, "--max-steps", "1")
@@ -137,7 +141,7 @@ def _gains_for(tmp_path: Path, rewards, grid=FLOWMATCH, steps: int = 25) -> Path
 ])
 def test_a_W_that_does_not_fit_the_run_is_refused(train_setting, gains_25, tmp_path, case, needle):
     w_path = tmp_path / "W.safetensors"
-    fit = ("--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    fit = ("--steps", "4", "--grid", "flowmatch", "--shift", "3", "--skip-clean", "1")
     if case == "other_names":
         solve(_gains_for(tmp_path, ("a", "b", "c")), w_path, *fit)
     elif case == "other_order":
@@ -156,6 +160,36 @@ def test_a_W_that_does_not_fit_the_run_is_refused(train_setting, gains_25, tmp_p
     assert not out.exists()
     if case == "other_T":
         assert "--grid flowmatch --shift 3" in result.stderr
+
+
+@pytest.mark.parametrize("mode", ["recast", "nosink", "static"])
+@pytest.mark.parametrize("skip, needle", [
+    (0, "puts weight on step(s) [1], which the trainer does not train (it trains t = 2…4); "
+        "solve it with --skip-clean 1"),
+    (2, "gives trained step(s) [2] a zero column; solve it with --skip-clean 1"),
+])
+def test_a_W_off_the_trained_steps_is_refused_with_the_skip_clean_to_use(train_setting, gains_25, tmp_path, mode,
+                                                                         skip, needle):
+    """The tiny setting trains t = 4, 3, 2 (every step but the cleanest): W must live exactly there."""
+    w_path = solve(gains_25, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3",
+                   "--mode", mode, "--skip-clean", str(skip))
+    out = tmp_path / "run"
+    assert_bad(train(train_setting, w_path, out), needle)
+    assert not out.exists()
+
+
+def test_train_fraction_one_needs_a_W_on_every_step(tmp_path, gains_25):
+    from tests.train.conftest import tiny_train_setting
+
+    setting = tiny_train_setting(tmp_path, "train_fraction = 1.0\n")
+    fit = ("--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    skipping = solve(gains_25, tmp_path / "W1.safetensors", *fit, "--skip-clean", "1")
+    assert_bad(train(setting, skipping, tmp_path / "run"), "gives trained step(s) [1] a zero column; "
+                                                             "solve it with --skip-clean 0")
+    every = solve(gains_25, tmp_path / "W0.safetensors", *fit)
+    run_ok("train", "--setting", setting, "--weights", every, "--out", tmp_path / "ok", "--device", "cpu", "--quiet",
+           "--max-steps", "1")
+    assert json.loads((tmp_path / "ok" / "run.json").read_text())["config"]["trained_steps"] == [4, 3, 2, 1]
 
 
 # ------------------------------------------------------------------ bad runs and options
@@ -188,7 +222,8 @@ def test_resume_with_another_configuration_is_refused(train_setting, static_run,
 
 def test_resume_with_another_W_is_refused(train_setting, static_run, gains_25, tmp_path):
     run = _copy_run(static_run, tmp_path / "run")
-    w_path = solve(gains_25, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    w_path = solve(gains_25, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3",
+                   "--skip-clean", "1")
     before = snapshot(run)
     assert_bad(train(train_setting, w_path, run, "--resume", "--max-steps", "6"), "another W")
     assert snapshot(run) == before

@@ -90,9 +90,13 @@ def test_static_W_gives_the_lambda_hat_weighted_advantage_at_every_step(probe, c
     adv = group_advantages(batch.rewards, cfg.group_size, global_std=cfg.adv_std == "global")
     assert adv.abs().max() > 0.1  # the toy rewards differ within the groups
     lam_hat = torch.tensor(cfg.lam, dtype=torch.float64) / sum(cfg.lam)
-    W = torch.as_tensor(static_weights(cfg.rewards, cfg.lam, np.linspace(1, 0, T + 1)).W)
-    by_e13 = step_advantages(adv, W, clip=cfg.adv_clip)
-    by_sum = (adv @ lam_hat).clamp(-cfg.adv_clip, cfg.adv_clip)[:, None].expand(B, T).contiguous()
+    W = torch.as_tensor(static_weights(cfg.rewards, cfg.lam, np.linspace(1, 0, T + 1), trainer.steps).W)
+    by_e13 = step_advantages(adv, W, clip=cfg.adv_clip, trained=len(trainer.steps))
+    # Σ_i λ̂_i·A_i on every trained step (E13 with T'), 0 on the untrained cleanest step
+    trained = [t - 1 for t in trainer.steps]
+    assert trained == [3, 2, 1] and torch.all(W[:, 0] == 0)
+    by_sum = torch.zeros(B, T, dtype=torch.float64)
+    by_sum[:, trained] = (adv @ lam_hat).clamp(-cfg.adv_clip, cfg.adv_clip)[:, None]
     assert torch.allclose(by_e13, by_sum, rtol=1e-12, atol=1e-12)
     _, from_trainer = trainer.advantages(batch.rewards)  # the trainer's own path, with its static W
     assert torch.allclose(from_trainer, by_sum, rtol=1e-12, atol=1e-12)
@@ -110,8 +114,10 @@ def test_static_W_gives_the_lambda_hat_weighted_advantage_at_every_step(probe, c
     # the comparison can fail: a W with the same rows spent at other times moves the gradient
     rng = np.random.default_rng(0)
     K = rng.random(tuple(W.shape))
+    K[:, 0] = 0.0
     W_other = torch.as_tensor(K / K.sum(axis=1, keepdims=True) * lam_hat.numpy()[:, None])
-    _, grads_c = loss_and_grads(trainer, batch, step_advantages(adv, W_other, clip=cfg.adv_clip), pairs)
+    _, grads_c = loss_and_grads(trainer, batch, step_advantages(adv, W_other, clip=cfg.adv_clip,
+                                                                trained=len(trainer.steps)), pairs)
     assert not all(torch.allclose(a, c, rtol=RTOL, atol=ATOL) for a, c in zip(grads_a, grads_c))
 
 
@@ -131,7 +137,7 @@ def test_a_W_row_on_one_step_puts_that_rewards_gradient_on_that_step_only(probe,
     monkeypatch.setattr(trainer, "cfg", replace(cfg, beta_kl=0.0))
     adv, adv_t = trainer.advantages(rewards)
     assert torch.count_nonzero(adv[:, [k for k in range(m) if k != i]]) == 0
-    expected = (T * W[i, t0 - 1] * adv[:, i]).clamp(-cfg.adv_clip, cfg.adv_clip)
+    expected = (len(trainer.steps) * W[i, t0 - 1] * adv[:, i]).clamp(-cfg.adv_clip, cfg.adv_clip)  # E13, T'·W
     assert torch.allclose(adv_t[:, t0 - 1], expected, rtol=1e-12, atol=0) and torch.count_nonzero(expected) == B
     if weight is not None:
         assert torch.equal(adv_t[:, t0 - 1].abs(), torch.full((B,), cfg.adv_clip, dtype=torch.float64))

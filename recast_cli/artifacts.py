@@ -44,7 +44,7 @@ WEIGHTS_SCHEMA = "recast.weights/1"
 
 SAMPLINGS = ("pplus", "pold", "exact")
 MONOTONE_METHODS = ("clip", "isotonic", "none")
-MODES = ("recast", "nosink", "static")
+MODES = ("recast", "nosink", "static", "reversed")
 
 
 # --------------------------------------------------------------------------- provenance
@@ -648,7 +648,7 @@ MARGINAL_TOL = 1e-8
 
 def check_marginals(w: WeightMatrix, where: str = "weight matrix") -> None:
     """BadInput unless W agrees with its metadata (E12): rows sum to the recorded λ̂, the
-    untrained columns are zero and, in modes ``recast`` and ``static``, each trained column
+    untrained columns are zero and, in modes ``recast``, ``static`` and ``reversed``, each trained column
     sums to 1/T' (all to ``MARGINAL_TOL``). A rescaled or relabelled tensor is refused."""
     steps = w.trained_steps
     if steps is not None:
@@ -666,7 +666,7 @@ def check_marginals(w: WeightMatrix, where: str = "weight matrix") -> None:
     if np.max(np.abs(rows - lam_hat)) > MARGINAL_TOL:
         raise BadInput(f"{where}: the rows of W sum to {np.round(rows, 6).tolist()}, not to the recorded "
                        f"λ̂ = {np.round(lam_hat, 6).tolist()} (λ = {list(w.lam)})")
-    if w.mode in ("recast", "static"):
+    if w.mode in ("recast", "static", "reversed"):
         cols = w.W[:, trained].sum(axis=0)
         target = 1.0 / len(trained)
         if np.max(np.abs(cols - target)) > MARGINAL_TOL:

@@ -86,7 +86,8 @@ def solve_w_command(
     gains: Path = typer.Option(..., "--gains", help="Gain table (recast.gains/1 Parquet)."),
     lam: str = typer.Option(..., "--lambda", help="Budgets by position (1,1,2) or by name (clip=1,ocr=2)."),
     out_path: Path = typer.Option(..., "--out", help="Output weight matrix (.safetensors)."),
-    mode: str = typer.Option("recast", help="recast (Sinkhorn, E12) | nosink (rows only) | static (λ̂/T)."),
+    mode: str = typer.Option("recast", help="recast (Sinkhorn, E12) | nosink (rows only) | static (λ̂/T) | "
+                                            "reversed (recast's columns in reverse step order: a timing control)."),
     tau: float = typer.Option(DEFAULT_TAU, help="Temperature τ of the affinity kernel K = exp(ΔD̄/τ) (E11)."),
     steps: Optional[int] = typer.Option(None, help="Solve on a grid of this many steps (E9 resampling)."),
     grid: Optional[str] = typer.Option(None, help="Grid family for --steps: linear | flowmatch "
@@ -106,7 +107,7 @@ def solve_w_command(
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     w = report.weights
     info = w.info
-    if mode == "recast":
+    if mode in ("recast", "reversed"):
         out.print(f"Sinkhorn: {info['iterations']} iterations, max marginal error {info['marginal_error']:.2e}")
     if info["resampled"]:
         out.print(f"gains resampled from T = {info['source_T']} to T = {w.T} through D(σ) (E9)")

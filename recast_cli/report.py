@@ -48,9 +48,9 @@ RUN_SCHEMA = "recast.run/1"  # written by train/trainer.py (not imported: it pul
 JUDGEMENTS_SCHEMA = "recast.judgements/1"
 REPORT_NAME = "report.md"
 
-MODES = ("base", "static", "nosink", "recast")
-TRAINED = ("static", "nosink", "recast")
-MODE_LABEL = {"base": "base", "static": "static", "nosink": "no-Sink", "recast": "ReCAST"}
+MODES = ("base", "static", "nosink", "recast", "reversed")
+TRAINED = ("static", "nosink", "recast", "reversed")
+MODE_LABEL = {"base": "base", "static": "static", "nosink": "no-Sink", "recast": "ReCAST", "reversed": "reversed"}
 AGGREGATE = "Aggregate r"  # the row / column of r = Σ_i λ_i·r_i (a space: never a scorer name)
 VERDICT_TIE = "equal"
 
@@ -677,7 +677,7 @@ def figures_weights(runs: Sequence[Run]) -> list[Figure]:
 
     found: dict[tuple[str, Budget], dict[str, WeightMatrix]] = {}
     for run in runs:
-        if run.weights is not None and run.mode in ("recast", "nosink"):
+        if run.weights is not None and run.mode in ("recast", "nosink", "reversed"):
             found.setdefault((run.mode, run.budget), {})[_digest(run.weights)] = run.weights
     figures = []
     for (mode, budget), by_key in sorted(found.items(), key=lambda kv: (MODES.index(kv[0][0]), kv[0][1])):

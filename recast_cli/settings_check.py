@@ -32,7 +32,7 @@ from recast_cli.settings import Setting, check_prompts, load_setting
 
 KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate")
 POSITIVES_KEYS = ("prompts", "rewards")
-MODES = ("static", "recast", "nosink")
+MODES = ("static", "recast", "nosink", "reversed")
 SAMPLINGS = ("pplus", "pold")
 PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
 PATH_SOURCES = ("folder", "diffusers")

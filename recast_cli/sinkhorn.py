@@ -3,7 +3,8 @@
 Read top to bottom it is the method: resample the gains to the training grid (E9),
 mean-normalise them (E10), take the affinity kernel (E11), and balance it with Sinkhorn
 so that rows sum to λ̂ and columns to 1/T (E12). ``static`` and ``nosink`` are the two
-closed-form baselines of the paper's ablation.
+closed-form baselines of the paper's ablation; ``reversed`` (ReCAST's W with its columns in
+reverse step order) is a control of the timing alone.
 """
 
 from __future__ import annotations
@@ -142,6 +143,17 @@ def nosink_weights(log_kernel: np.ndarray, lam: np.ndarray) -> np.ndarray:
     return lambda_hat(lam)[:, None] * np.exp(log_kernel - _logsumexp(log_kernel, axis=1)[:, None])
 
 
+def reversed_weights(W: np.ndarray) -> np.ndarray:
+    """The timing control: ReCAST's W with its (trained) columns in reverse step order.
+
+    Row sums (λ̂) and column sums (1/T) are kept and so is every entry, only the step each
+    column is spent at is mirrored, clean ↔ noisy: what ReCAST gives a reward at its most
+    informative step lands where it is least. If per-reward timing matters, this arm should
+    do worse than static; if it does as well as ReCAST, the timing carried no information.
+    """
+    return np.ascontiguousarray(np.asarray(W, dtype=np.float64)[:, ::-1])
+
+
 @dataclass(frozen=True)
 class Solution:
     """W with what it was solved from and how the solve went."""
@@ -181,9 +193,11 @@ def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: 
     elif mode == "nosink":
         sub = nosink_weights(log_affinity(normalised[:, skip_clean:], tau), lam)
         error = float(np.abs(sub.sum(axis=1) - row).max())
-    elif mode == "recast":
+    elif mode in ("recast", "reversed"):
         result = sinkhorn_log(log_affinity(normalised[:, skip_clean:], tau), row, col, tol=tol)
         sub, iterations, error = result.W, result.iterations, result.error
+        if mode == "reversed":
+            sub = reversed_weights(sub)
     else:
         raise ValueError(f"unknown mode {mode!r}")
     W = np.zeros_like(gain)

@@ -189,3 +189,22 @@ def test_gmm1d_standardised_gain_table_records_its_scale_and_source(tmp_path):
     raw = tmp_path / "raw.parquet"
     assert recast("estimate", "--from-scores", tmp_path / "g.scores.parquet", "--raw", "--out", raw).exit_code == 0
     assert read_gains(raw).meta["reward_std_source"] == "none (raw rewards)"
+
+
+# ------------------------------------------------------------------ the timing control
+
+
+@pytest.mark.parametrize("skip", [0, 2])
+def test_reversed_is_recast_with_its_trained_columns_mirrored(gains10, tmp_path, skip):
+    ours, _ = solve(gains10, tmp_path / "recast.safetensors", "--skip-clean", str(skip))
+    rev, result = solve(gains10, tmp_path / "reversed.safetensors", "--mode", "reversed", "--skip-clean", str(skip))
+    assert rev.mode == "reversed" and "Sinkhorn:" in result.stdout
+    assert rev.trained_steps == ours.trained_steps
+    np.testing.assert_array_equal(rev.W[:, skip:], ours.W[:, skip:][:, ::-1])
+    assert np.all(rev.W[:, :skip] == 0)
+    # same marginals and the same multiset of entries, but each reward's peak weight moves
+    np.testing.assert_allclose(rev.W.sum(axis=1), ours.W.sum(axis=1), atol=1e-12)
+    np.testing.assert_allclose(np.sort(rev.W, axis=None), np.sort(ours.W, axis=None))
+    assert not np.array_equal(rev.W.argmax(axis=1), ours.W.argmax(axis=1))
+    summary = json.loads(recast("inspect", tmp_path / "reversed.safetensors", "--json").stdout)
+    assert summary["mode"] == "reversed"

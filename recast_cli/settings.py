@@ -17,7 +17,7 @@ from typing import Any
 from recast_cli.errors import BadInput
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
-POLICY_KINDS = ("sd3", "gmm1d")
+POLICY_KINDS = ("sd3", "gmm1d", "flow1d")
 PROMPT_CHECKS = ("none", "toy")
 
 
@@ -34,6 +34,8 @@ class PolicySpec:
     precision: str = "auto"
     noise_level: float = 0.7
     prompt_check: str = "none"
+    features: int = 8  # flow1d: Fourier features of x and σ in the residual MLP
+    hidden: int = 64  # flow1d: its hidden width
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,10 @@ def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None 
         from recast_cli.policy.gmm1d import GMM1DPolicy
 
         return GMM1DPolicy(steps=steps)
+    if spec.kind == "flow1d":
+        from recast_cli.policy.flow1d import Flow1DPolicy
+
+        return Flow1DPolicy(steps=steps, features=spec.features, hidden=spec.hidden)
     from recast_cli.policy.sd3 import SD3Policy
 
     if spec.path is None:

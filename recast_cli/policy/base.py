@@ -89,7 +89,12 @@ def step_noise(seeds: torch.Tensor, step: torch.Tensor, shape: Sequence[int], dt
 
 
 class FlowPolicy(ABC):
-    """A rectified-flow model with its sampler on a grid of T steps."""
+    """A rectified-flow model with its sampler on a grid of T steps.
+
+    A trainable policy also has ``network`` (the ``torch.nn.Module`` the trainer updates, by
+    LoRA or in full) and ``denoiser`` (the module ``velocity`` calls: ``network`` itself, or
+    the trainer's DDP- or compile-wrapped copy of it); the trainer reaches no further in.
+    """
 
     #: σ_t for t = 0..T, float64 on the CPU (paper order).
     sigmas: torch.Tensor

@@ -28,6 +28,7 @@ from recast_cli.artifacts import GainTable, write_gains
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.base import FlowPolicy, step_noise
+from recast_cli.rewards.base import Scorer
 
 MEANS = np.array([-2.4, -1.6, 1.6, 2.4])
 STD = 0.25
@@ -278,7 +279,7 @@ class GMM1DPolicy(FlowPolicy):
         return torch.from_numpy(x0).to(x.dtype).view(-1, 1)
 
 
-class GMM1DReward:
+class GMM1DReward(Scorer):
     """A gmm1d reward as a scorer: the "images" of the 1-D world are the samples x_0 ([B, 1])."""
 
     output_range = (0.0, 1.0)
@@ -287,7 +288,31 @@ class GMM1DReward:
         self.name = check_reward(name)
 
     def score(self, images: torch.Tensor, prompts: Sequence[str]) -> np.ndarray:
-        return reward_value(self.name, images.detach().cpu().numpy().reshape(-1))
+        values = images.detach().cpu().numpy() if isinstance(images, torch.Tensor) else np.asarray(images)
+        if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+            raise BadInput(f"reward {self.name!r} scores 1-D samples x_0 ([B] or [B, 1]), got shape {list(values.shape)}")
+        return reward_value(self.name, values.astype(np.float64).reshape(-1))
+
+
+class Coarse(GMM1DReward):
+    """``coarse`` = 1{x_0 > 0}: which pair of modes (registry name ``coarse``)."""
+
+    def __init__(self):
+        super().__init__("coarse")
+
+
+class Mid(GMM1DReward):
+    """``mid`` = 1{|x_0| > 2}: the outer mode of each pair (registry name ``mid``)."""
+
+    def __init__(self):
+        super().__init__("mid")
+
+
+class Fine(GMM1DReward):
+    """``fine`` = 1{x_0 in an odd 0.2-cell}: detail inside a mode (registry name ``fine``)."""
+
+    def __init__(self):
+        super().__init__("fine")
 
 
 if __name__ == "__main__":

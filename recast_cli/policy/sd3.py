@@ -109,6 +109,11 @@ class SD3Policy(FlowPolicy):
                 module.eval()
                 module.requires_grad_(False)
 
+    @property
+    def network(self) -> torch.nn.Module:
+        """The network the trainer updates (LoRA or in full): the transformer, unwrapped."""
+        return self.pipe.transformer
+
     @classmethod
     def from_pretrained(cls, folder: str | Path, steps: int, guidance_scale: float = 4.5, resolution: int | None = None,
                         max_sequence_length: int = 256, precision: str = "auto",

@@ -27,6 +27,9 @@ SCORERS: dict[str, str] = {
     "toy_color": "recast_cli.toy.rewards:ToyColor",
     "toy_shape": "recast_cli.toy.rewards:ToyShape",
     "toy_sharpness": "recast_cli.toy.rewards:ToySharpness",
+    "coarse": "recast_cli.policy.gmm1d:Coarse",
+    "mid": "recast_cli.policy.gmm1d:Mid",
+    "fine": "recast_cli.policy.gmm1d:Fine",
 }
 
 

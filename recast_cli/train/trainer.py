@@ -71,8 +71,8 @@ def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, sh
                        f"({', '.join(cfg.rewards)}) in that order")
     T = len(sigmas_desc) - 1
     skip = T - len(trained_steps(T, cfg.train_fraction))
-    hint = (f"`recast solve-w --steps {T} --grid flowmatch" + (f" --shift {shift:g}" if shift else "")
-            + (f" --skip-clean {skip}`" if skip else "`"))
+    grid = f"flowmatch --shift {shift:g}" if shift else "linear"
+    hint = f"`recast solve-w --steps {T} --grid {grid}" + (f" --skip-clean {skip}`" if skip else "`")
     if w.T != T:
         raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
     if np.max(np.abs(np.asarray(w.sigmas) - sigmas_desc)) > 1e-6:
@@ -135,8 +135,12 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
     from recast_cli.settings import check_prompts, load_setting
 
     setting = load_setting(setting_name)
-    if setting.policy.kind != "sd3":
-        raise BadInput(f"setting {setting.name!r}: recast train needs an sd3 policy (LoRA), not {setting.policy.kind!r}")
+    if setting.policy.kind not in TRAINABLE:
+        raise BadInput(f"setting {setting.name!r}: recast train needs a trainable policy ({', '.join(TRAINABLE)}), "
+                       f"not {setting.policy.kind!r}")
+    if setting.policy.kind == "flow1d" and cfg.lora_rank != 0:
+        raise BadInput(f"setting {setting.name!r}: a flow1d policy trains its residual MLP in full; "
+                       f"set [train] lora_rank = 0 (got {cfg.lora_rank})")
     check_config(cfg)
     prompts, _ = load_prompts(cfg.prompts)
     check_prompts(setting.policy, prompts)
@@ -177,8 +181,17 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
     return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device)
 
 
+#: Policy kinds ``recast train`` can update.
+TRAINABLE = ("sd3", "flow1d")
+
+
 def scheduler_grid(spec) -> tuple[np.ndarray, float | None]:
-    """σ_T … σ_0 of the setting's sampler, from its scheduler config alone (no weights loaded)."""
+    """σ_T … σ_0 of the setting's sampler, from its scheduler config alone (no weights loaded);
+    the shift is None on the linear grid of the 1-D world."""
+    if spec.kind == "flow1d":
+        from recast_cli.grid import GridSpec
+
+        return GridSpec("linear").sigmas(spec.steps)[::-1].copy(), None
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     from recast_cli.policy.sd3 import check_model_folder
@@ -256,7 +269,7 @@ class Trainer:
         self.W = torch.as_tensor(plan.weights.W, dtype=torch.float64)
         self.lam = np.asarray(cfg.lam, dtype=np.float64)
         self.scorers = [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
-        transformer = self.policy.pipe.transformer
+        transformer = self.policy.network
         self.params = Parameters(transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.seed,
                                  keep_reference=cfg.beta_kl > 0)
         if plan.init_from is not None:

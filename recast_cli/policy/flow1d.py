@@ -1,0 +1,88 @@
+"""``flow1d``: the analytic gmm1d world made trainable — exact velocity plus a learned residual.
+
+    v_θ(x, σ) = v*(x, σ) + MLP_θ(x, σ)
+
+v* is the exact rectified-flow velocity of π^old = ¼ Σ_j N(μ_j, 0.25²) (:mod:`gmm1d`), and
+MLP_θ a small network on Fourier features of x and σ whose last layer starts at zero. So at
+step 0 the policy *is* the exact π^old, and the reference of the KL term (the residual
+switched off, or its zero-initialised copy) is exact too: whatever training moves, it moves
+away from a distribution whose gain curves are known in closed form (``recast estimate
+--exact``). Samples are scalars x_0; the rewards ``coarse``, ``mid``, ``fine`` score them.
+
+It is a :class:`~recast_cli.policy.base.FlowPolicy` like SD3: the shared SDE step (E1), the
+mixed-t rollouts and trajectory sampling run unchanged, the network the trainer updates is
+``network`` and the module the sampler calls is ``denoiser`` (the same object until the
+trainer wraps it for DDP or ``torch.compile``). Rollouts run the policy's own SDE sampler,
+not the exact posterior: once θ moves, the exact posterior is no longer the policy's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from recast_cli.errors import BadInput
+from recast_cli.policy.gmm1d import GMM1DConditioning, GMM1DPolicy
+
+#: The scale of x in the Fourier features: the world lives in about [−3.5, 3.5].
+X_SCALE = 4.0
+
+
+class ResidualMLP(nn.Module):
+    """MLP_θ(x, σ) [B, 1]: sin/cos features of x (frequencies k·π/X_SCALE) and σ (k·π/2),
+    k = 1 … ``features``, plus x and σ themselves, through two SiLU layers of ``hidden``
+    units to one output. The output layer is zero at initialisation (MLP_θ ≡ 0)."""
+
+    def __init__(self, features: int = 8, hidden: int = 64, seed: int = 0):
+        super().__init__()
+        if features < 1 or hidden < 1:
+            raise BadInput(f"flow1d needs features >= 1 and hidden >= 1, got {features}, {hidden}")
+        self.features = features
+        generator = torch.Generator().manual_seed(seed)
+        self.register_buffer("freq", torch.arange(1, features + 1, dtype=torch.float64) * math.pi, persistent=False)
+        inputs = 4 * features + 2
+        self.inner = nn.Linear(inputs, hidden, dtype=torch.float64)
+        self.middle = nn.Linear(hidden, hidden, dtype=torch.float64)
+        self.out = nn.Linear(hidden, 1, dtype=torch.float64)
+        with torch.no_grad():
+            for layer in (self.inner, self.middle):
+                bound = 1.0 / math.sqrt(layer.in_features)
+                layer.weight.uniform_(-bound, bound, generator=generator)
+                layer.bias.uniform_(-bound, bound, generator=generator)
+            self.out.weight.zero_()
+            self.out.bias.zero_()
+
+    def forward(self, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(-1, 1).to(torch.float64)
+        s = sigma.reshape(-1, 1).to(torch.float64, copy=False)
+        fx = x * self.freq / X_SCALE
+        fs = s * self.freq / 2
+        h = torch.cat([x / X_SCALE, s, torch.sin(fx), torch.cos(fx), torch.sin(fs), torch.cos(fs)], dim=1)
+        h = nn.functional.silu(self.inner(h))
+        h = nn.functional.silu(self.middle(h))
+        return self.out(h)
+
+
+class Flow1DPolicy(GMM1DPolicy):
+    """The gmm1d world with a trainable residual velocity (see the module docstring).
+
+    ``latent_shape == (1,)``, float64 on the CPU, the linear grid σ_t = t/T; ``decode`` and
+    ``encode`` are the identity on x_0 as in gmm1d.
+    """
+
+    def __init__(self, steps: int = 25, features: int = 8, hidden: int = 64, seed: int = 0):
+        super().__init__(steps=steps, exact_rollouts=False)
+        self.network = ResidualMLP(features, hidden, seed)
+        self.denoiser: nn.Module = self.network
+
+    def velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: GMM1DConditioning) -> torch.Tensor:
+        """v*(x, σ) + MLP_θ(x, σ): the exact part carries no gradient, the residual does."""
+        with torch.no_grad():
+            exact = super().velocity(x, sigma, cond)
+        return exact + self.denoiser(x, sigma.to(x.device)).to(exact.dtype)
+
+    def exact_velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: GMM1DConditioning) -> torch.Tensor:
+        """v* alone: the reference policy π^old of step 0."""
+        return super().velocity(x, sigma, cond)

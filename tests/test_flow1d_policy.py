@@ -1,0 +1,123 @@
+"""``flow1d``: the trainable analytic world — exact at step 0, E1 log-probs, trainable through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import kstest
+from typer.testing import CliRunner
+
+from recast_cli.artifacts import read_weights
+from recast_cli.cli import app
+from recast_cli.policy.flow1d import Flow1DPolicy
+from recast_cli.policy.gmm1d import GMM1DPolicy, old_cdf
+from recast_cli.policy.sde import sde_step
+from recast_cli.rewards import build_scorer
+from recast_cli.train.params import Parameters
+
+runner = CliRunner()
+N = 4096
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return Flow1DPolicy(25), GMM1DPolicy(25, exact_rollouts=False)
+
+
+def test_at_step_zero_the_policy_is_the_exact_gmm1d_sampler(pair):
+    flow, exact = pair
+    seeds = torch.arange(N)
+    cond = flow.encode_prompts(["x"] * N)
+    a, b = flow.sample(cond, 0.7, seeds), exact.sample(cond, 0.7, seeds)
+    assert torch.equal(a.states, b.states) and torch.equal(a.log_probs, b.log_probs)
+    x = torch.linspace(-3, 3, 61, dtype=torch.float64).view(-1, 1)
+    for sigma in (0.04, 0.5, 1.0):
+        s = torch.full((61,), sigma, dtype=torch.float64)
+        assert torch.equal(flow.velocity(x, s, cond.take(torch.arange(61))), exact.velocity(x, s, None))
+    # and the sampler draws π^old up to the T = 25 discretisation (a wrong velocity is far off)
+    x0 = flow.sample(flow.encode_prompts(["x"] * 20_000), 0.7, torch.arange(20_000)).states[:, -1, 0].numpy()
+    assert kstest(x0, old_cdf).statistic < 0.03
+    assert abs(build_scorer("coarse").score(torch.from_numpy(x0), ["x"] * len(x0)).mean() - 0.5) < 0.02
+
+
+def test_log_probs_are_the_sde_steps_and_the_residual_carries_the_gradient(pair):
+    flow, _ = pair
+    seeds = torch.arange(64)
+    cond = flow.encode_prompts(["x"] * 64)
+    traj = flow.sample(cond, 0.7, seeds)
+    for j, t in enumerate(range(flow.T, 0, -1)):
+        x, prev = traj.states[:, j], traj.states[:, j + 1]
+        steps = torch.full((64,), t)
+        v = flow.velocity(x, flow.sigmas[steps], cond)
+        _, _, _, lp = sde_step(x, v, flow.sigmas[steps], flow.sigmas[steps - 1], 0.7, prev_sample=prev)
+        torch.testing.assert_close(lp, traj.log_probs[:, j], rtol=0, atol=1e-12)
+    # the exact part is constant in θ: the log-prob's gradient reaches the network only
+    t = torch.full((64,), 13)
+    out = flow.step(traj.states[:, 12], t, cond, 0.7, prev_sample=traj.states[:, 13])
+    out.log_prob.sum().backward()
+    grads = {n: p.grad for n, p in flow.network.named_parameters()}
+    assert grads["out.weight"].abs().max() > 0 and grads["out.bias"].abs().max() > 0
+    flow.network.zero_grad(set_to_none=True)
+
+
+def test_the_reference_of_the_kl_is_the_exact_policy_after_training_moves_theta():
+    flow = Flow1DPolicy(10)
+    params = Parameters(flow.network, 0, 0.0, (), seed=0, keep_reference=True)
+    with torch.no_grad():
+        flow.network.out.bias.fill_(0.3)
+    x = torch.zeros(3, 1, dtype=torch.float64)
+    s = torch.full((3,), 0.5, dtype=torch.float64)
+    moved = flow.velocity(x, s, None)
+    assert torch.allclose(moved - flow.exact_velocity(x, s, None), torch.full((3, 1), 0.3, dtype=torch.float64))
+    with params.reference_policy(flow):
+        assert torch.equal(flow.velocity(x, s, None), flow.exact_velocity(x, s, None))
+    assert torch.equal(flow.velocity(x, s, None), moved)
+
+
+def test_two_steps_of_recast_train_on_the_twoscale_setting(tmp_path):
+    exact = tmp_path / "exact.parquet"
+    result = invoke("estimate", "--policy", "gmm1d", "--rewards", "coarse,fine", "--exact", "--steps", "25",
+                    "--out", exact)
+    assert result.exit_code == 0, result.stderr
+    W = tmp_path / "W.safetensors"
+    assert invoke("solve-w", "--gains", exact, "--lambda", "1,2", "--out", W).exit_code == 0
+    run = tmp_path / "run"
+    result = invoke("train", "--setting", "twoscale", "--weights", W, "--lambda", "1,2", "--out", run,
+                    "--max-steps", "2", "--save-every", "1", "--quiet")
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    record = json.loads((run / "run.json").read_text())
+    assert record["mode"] == "recast" and record["config"]["trained_steps"] == list(range(25, 0, -1))
+    assert read_weights(run / "weights.safetensors").trained_steps == tuple(range(1, 26))
+    import pandas as pd
+
+    metrics = pd.read_parquet(run / "metrics.parquet")
+    assert sorted(set(metrics["step"])) == [1, 2] and set(metrics["reward"]) == {"coarse", "fine"}
+    assert np.all(np.isfinite(metrics["loss"])) and (metrics["images"] == 256).all()
+    adapter = run / "checkpoints" / "step-000002" / "adapter" / "diffusion_pytorch_model.safetensors"
+    from safetensors.torch import load_file
+
+    trained = load_file(str(adapter))
+    assert trained["out.weight"].abs().max() > 0  # two updates moved the zero-initialised output layer
+    # resume to 3 steps continues the run
+    again = invoke("train", "--setting", "twoscale", "--weights", W, "--lambda", "1,2", "--out", run,
+                   "--max-steps", "3", "--resume", "--quiet")
+    assert again.exit_code == 0, again.stderr
+    assert sorted(set(pd.read_parquet(run / "metrics.parquet")["step"])) == [1, 2, 3]
+
+
+def test_flow1d_refuses_lora_and_the_rewards_refuse_images(tmp_path):
+    result = invoke("train", "--setting", "twoscale", "--weights", "static", "--out", tmp_path / "run",
+                    "--set", "lora_rank=4")
+    assert result.exit_code == 2 and "set [train] lora_rank = 0" in result.stderr
+    assert not (tmp_path / "run").exists()
+    from recast_cli.errors import BadInput
+
+    with pytest.raises(BadInput, match="scores 1-D samples"):
+        build_scorer("fine").score(torch.zeros(2, 3, 8, 8), ["x", "x"])

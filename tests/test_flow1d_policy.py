@@ -121,3 +121,39 @@ def test_flow1d_refuses_lora_and_the_rewards_refuse_images(tmp_path):
 
     with pytest.raises(BadInput, match="scores 1-D samples"):
         build_scorer("fine").score(torch.zeros(2, 3, 8, 8), ["x", "x"])
+
+
+def test_estimate_on_the_base_flow1d_policy_finds_the_exact_timescales(tmp_path):
+    """At step 0 the sampled estimator (exact π⁺ positives, the policy's own SDE rollouts) puts
+    coarse's gain at the noisy end and fine's at the clean end, as the exact table does."""
+    from recast_cli.artifacts import read_gains
+
+    exact, sampled = tmp_path / "exact.parquet", tmp_path / "sampled.parquet"
+    assert invoke("estimate", "--policy", "gmm1d", "--rewards", "coarse,fine", "--exact", "--steps", "10",
+                  "--out", exact).exit_code == 0
+    result = invoke("estimate", "--policy", "twoscale", "--rewards", "coarse,fine", "--n", "128", "--k", "1",
+                    "--p", "2", "--steps", "10", "--out", sampled)
+    assert result.exit_code == 0, result.stderr
+    a, b = read_gains(sampled), read_gains(exact)
+    assert a.meta["positives"] == {"source": "exact"} and a.meta["standardise"] is False and a.meta["beta"] == 0.5
+    assert a.gain.argmax(axis=1).tolist() == b.gain.argmax(axis=1).tolist() == [7, 0]
+    for i in range(2):
+        assert np.corrcoef(a.gain[i], b.gain[i])[0, 1] > 0.85
+        assert abs(a.gain[i].sum() / b.gain[i].sum() - 1) < 0.35
+
+
+def test_estimate_at_a_flow1d_checkpoint_resamples_the_policys_own_draws(tmp_path):
+    run = tmp_path / "run"
+    result = invoke("train", "--setting", "twoscale", "--weights", "static", "--out", run, "--max-steps", "1",
+                    "--quiet")
+    assert result.exit_code == 0, result.stderr
+    out = tmp_path / "g.parquet"
+    result = invoke("estimate", "--policy", run, "--rewards", "coarse,fine", "--n", "8", "--k", "1", "--p", "1",
+                    "--steps", "5", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    from recast_cli.artifacts import read_gains
+
+    meta = read_gains(out).meta
+    assert meta["positives"]["source"] == "sir" and meta["policy"]["checkpoint"].endswith("step-000001")
+    assert invoke("estimate", "--policy", "twoscale", "--rewards", "toy_color", "--out", tmp_path / "x.parquet"
+                  ).exit_code == 2

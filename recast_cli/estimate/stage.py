@@ -152,7 +152,7 @@ class World:
     policy_info: dict
     positives_info: dict
     sources: list[Source]
-    is_gmm1d: bool
+    is_gmm1d: bool  # the analytic world (gmm1d, or flow1d: raw rewards, β = 0.5, a linear grid)
     positive_sets: int = 1  # 1: one set serves every reward; m: one set per reward
 
 
@@ -192,6 +192,8 @@ def build_world(cfg: EstimateConfig) -> World:
     setting_name, checkpoint = resolve_policy(cfg.policy)
     setting = load_setting(setting_name)
     spec = setting.policy
+    if spec.kind == "flow1d":
+        return _flow1d_world(cfg, setting, checkpoint)
     sources: list[Source] = []
     if cfg.positives is not None:
         from recast_cli.artifacts import read_positives
@@ -269,6 +271,76 @@ def build_world(cfg: EstimateConfig) -> World:
                    "weights_sha256": _weights_hash(spec.path), **lora_info}
     return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
                  policy_info, positives_info, sources, False, len(reward_sets) if cfg.sampling == "pplus" else 1)
+
+
+#: flow1d at a trained checkpoint: π⁺ by resampling this many of the policy's own draws per positive
+SIR_DRAWS_PER_POSITIVE = 64
+
+
+def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
+    """The trainable analytic world: the setting's flow1d policy (a checkpoint's residual loaded).
+
+    π⁺ = π^old·exp(r/β) with the raw reward and β = 0.5, as in gmm1d. At the base policy
+    (residual zero, π^old exact) the positives are exact π⁺ draws (rejection sampling). At a
+    trained checkpoint π^old is the trained sampler's law, which has no closed form: each
+    reward's N positives are resampled (SIR, E2) from ``SIR_DRAWS_PER_POSITIVE``·N of the
+    policy's own SDE draws, with probability ∝ exp(r/β) — exact as the draws grow.
+    """
+    from recast_cli.policy.gmm1d import REWARDS, GMM1DReward, reward_value, sample_positive
+    from recast_cli.settings import build_policy
+
+    unknown = [r for r in cfg.rewards if r not in REWARDS]
+    if unknown:
+        raise BadInput(f"flow1d has no reward {unknown[0]!r}; it has {', '.join(REWARDS)}")
+    if cfg.positives is not None:
+        raise BadInput("flow1d draws its own π⁺ samples (exact at the base, resampled at a checkpoint); "
+                       "it takes no --positives")
+    spec = setting.policy
+    policy = build_policy(spec, steps=cfg.steps)
+    sources = [Source.of(setting.file)]
+    info: dict[str, Any] = {"setting": str(setting.file), "kind": "flow1d", "steps": cfg.steps}
+    if checkpoint is not None:
+        from safetensors.torch import load_file
+
+        from recast_cli.train.params import FULL_FILE
+
+        weights = checkpoint / "adapter" / FULL_FILE
+        if not weights.is_file():
+            raise BadInput(f"--policy {cfg.policy}: checkpoint {checkpoint} has no {FULL_FILE} (not a flow1d run?)")
+        try:
+            policy.network.load_state_dict(load_file(str(weights)))
+        except RuntimeError as exc:
+            raise BadInput(f"{weights} does not fit the setting's flow1d network ({str(exc).splitlines()[0]})") from None
+        source = Source.of(weights)
+        sources.append(source)
+        info.update(checkpoint=str(checkpoint), adapter=str(weights), adapter_sha256=source.sha256)
+    P = cfg.P or 4
+    prompts = [f"flow1d-{p}" for p in range(P)]
+    beta = 0.5
+
+    def positives(p: int) -> list[torch.Tensor]:
+        base = cfg.seed * 1_000_003 + p * 101
+        if checkpoint is None:  # the exact π^old: exact π⁺ by rejection, one set per reward
+            return [torch.from_numpy(sample_positive(r, cfg.N, seed=base + i, beta=beta)).view(-1, 1)
+                    for i, r in enumerate(cfg.rewards)]
+        draws = SIR_DRAWS_PER_POSITIVE * cfg.N
+        seeds = torch.arange(draws, dtype=torch.int64) + 7_919 * (base + 1)
+        x0 = policy.sample(policy.encode_prompts(prompts[p:p + 1] * draws), spec.noise_level, seeds,
+                           keep_log_probs=False).states[:, -1]
+        sets = []
+        for i, r in enumerate(cfg.rewards):
+            logits = reward_value(r, x0.numpy().reshape(-1)) / beta
+            weights = np.exp(logits - logits.max())
+            picks = np.random.default_rng([base, i]).choice(draws, size=cfg.N, p=weights / weights.sum())
+            sets.append(x0[torch.from_numpy(picks)].clone())
+        return sets
+
+    positives_info = ({"source": "exact"} if checkpoint is None else
+                      {"source": "sir", "draws_per_positive": SIR_DRAWS_PER_POSITIVE, "beta": beta})
+    return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
+                 positives if cfg.sampling == "pplus" else None, info,
+                 positives_info if cfg.sampling == "pplus" else {}, sources, True,
+                 len(cfg.rewards) if cfg.sampling == "pplus" else 1)
 
 
 def resolve_policy(text: str) -> tuple[str, Path | None]:

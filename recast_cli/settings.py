@@ -35,7 +35,7 @@ class PolicySpec:
     noise_level: float = 0.7
     prompt_check: str = "none"
     features: int = 8  # flow1d: Fourier features of x and σ in the residual MLP
-    hidden: int = 64  # flow1d: its hidden width
+    hidden: int = 32  # flow1d: its hidden width
 
 
 @dataclass(frozen=True)

@@ -28,24 +28,28 @@ from recast_cli.policy.gmm1d import GMM1DConditioning, GMM1DPolicy
 
 #: The scale of x in the Fourier features: the world lives in about [−3.5, 3.5].
 X_SCALE = 4.0
+#: The network computes in float32 (3-4x faster than float64 on a CPU core); its output is
+#: added to the float64 exact velocity, and every SDE step and log-probability stays float64.
+DTYPE = torch.float32
 
 
 class ResidualMLP(nn.Module):
     """MLP_θ(x, σ) [B, 1]: sin/cos features of x (frequencies k·π/X_SCALE) and σ (k·π/2),
     k = 1 … ``features``, plus x and σ themselves, through two SiLU layers of ``hidden``
-    units to one output. The output layer is zero at initialisation (MLP_θ ≡ 0)."""
+    units to one output, in float32 (``DTYPE``). The output layer is zero at initialisation
+    (MLP_θ ≡ 0)."""
 
-    def __init__(self, features: int = 8, hidden: int = 64, seed: int = 0):
+    def __init__(self, features: int = 8, hidden: int = 32, seed: int = 0):
         super().__init__()
         if features < 1 or hidden < 1:
             raise BadInput(f"flow1d needs features >= 1 and hidden >= 1, got {features}, {hidden}")
         self.features = features
         generator = torch.Generator().manual_seed(seed)
-        self.register_buffer("freq", torch.arange(1, features + 1, dtype=torch.float64) * math.pi, persistent=False)
+        self.register_buffer("freq", torch.arange(1, features + 1, dtype=DTYPE) * math.pi, persistent=False)
         inputs = 4 * features + 2
-        self.inner = nn.Linear(inputs, hidden, dtype=torch.float64)
-        self.middle = nn.Linear(hidden, hidden, dtype=torch.float64)
-        self.out = nn.Linear(hidden, 1, dtype=torch.float64)
+        self.inner = nn.Linear(inputs, hidden, dtype=DTYPE)
+        self.middle = nn.Linear(hidden, hidden, dtype=DTYPE)
+        self.out = nn.Linear(hidden, 1, dtype=DTYPE)
         with torch.no_grad():
             for layer in (self.inner, self.middle):
                 bound = 1.0 / math.sqrt(layer.in_features)
@@ -55,8 +59,8 @@ class ResidualMLP(nn.Module):
             self.out.bias.zero_()
 
     def forward(self, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-        x = x.reshape(-1, 1).to(torch.float64)
-        s = sigma.reshape(-1, 1).to(torch.float64, copy=False)
+        x = x.reshape(-1, 1).to(DTYPE)
+        s = sigma.reshape(-1, 1).to(DTYPE)
         fx = x * self.freq / X_SCALE
         fs = s * self.freq / 2
         h = torch.cat([x / X_SCALE, s, torch.sin(fx), torch.cos(fx), torch.sin(fs), torch.cos(fs)], dim=1)
@@ -72,7 +76,7 @@ class Flow1DPolicy(GMM1DPolicy):
     ``encode`` are the identity on x_0 as in gmm1d.
     """
 
-    def __init__(self, steps: int = 25, features: int = 8, hidden: int = 64, seed: int = 0):
+    def __init__(self, steps: int = 25, features: int = 8, hidden: int = 32, seed: int = 0):
         super().__init__(steps=steps, exact_rollouts=False)
         self.network = ResidualMLP(features, hidden, seed)
         self.denoiser: nn.Module = self.network

@@ -18,11 +18,13 @@ from rich.panel import Panel
 from rich.table import Table
 
 from recast_cli.artifacts import (
+    CURVE_SCHEMA,
     EVAL_SCHEMA,
     GAINS_SCHEMA,
     POSITIVES_SCHEMA,
     SCORES_SCHEMA,
     WEIGHTS_SCHEMA,
+    CurveTable,
     EvalTable,
     GainTable,
     Positives,
@@ -32,6 +34,7 @@ from recast_cli.artifacts import (
     _decode_metadata,
     _read_parquet,
     artifact_schema,
+    read_curve,
     read_eval,
     read_gains,
     read_positives,
@@ -62,8 +65,8 @@ IMAGE_SCORES_SCHEMA = "recast.image-scores/1"  # rewards/scoring.py
 JUDGEMENTS_SCHEMA = "recast.judgements/1"  # rewards/judge.py
 RUN_SCHEMA = "recast.run/1"  # train/trainer.py
 CHECKPOINT_SCHEMA = "recast.checkpoint/1"  # train/checkpoint.py
-KNOWN_SCHEMAS = (GAINS_SCHEMA, WEIGHTS_SCHEMA, SCORES_SCHEMA, POSITIVES_SCHEMA, EVAL_SCHEMA, METRICS_SCHEMA,
-                 IMAGE_SCORES_SCHEMA, JUDGEMENTS_SCHEMA, RUN_SCHEMA, CHECKPOINT_SCHEMA)
+KNOWN_SCHEMAS = (GAINS_SCHEMA, WEIGHTS_SCHEMA, SCORES_SCHEMA, POSITIVES_SCHEMA, EVAL_SCHEMA, CURVE_SCHEMA,
+                 METRICS_SCHEMA, IMAGE_SCORES_SCHEMA, JUDGEMENTS_SCHEMA, RUN_SCHEMA, CHECKPOINT_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,8 @@ class RunFolder:
     metrics: ParquetArtifact | None
 
 
-Artifact = GainTable | WeightMatrix | ScoreTable | Positives | EvalTable | ParquetArtifact | RunFolder | \
-    CheckpointFolder
+Artifact = GainTable | WeightMatrix | ScoreTable | Positives | EvalTable | CurveTable | ParquetArtifact | \
+    RunFolder | CheckpointFolder
 
 
 def load_artifact(path: str | os.PathLike[str]) -> Artifact:
@@ -118,6 +121,8 @@ def load_artifact(path: str | os.PathLike[str]) -> Artifact:
         return read_positives(p if p.is_dir() else p.parent)
     if tag == EVAL_SCHEMA:
         return read_eval(p)
+    if tag == CURVE_SCHEMA:
+        return read_curve(p)
     if tag == METRICS_SCHEMA:
         return _parquet_artifact("metrics", read_metrics(p), p)
     if tag == IMAGE_SCORES_SCHEMA:
@@ -208,6 +213,8 @@ def summarise(artifact: Artifact) -> dict[str, Any]:
     """
     if isinstance(artifact, EvalTable):
         summary = _summarise_eval(artifact)
+    elif isinstance(artifact, CurveTable):
+        summary = _summarise_curve(artifact)
     elif isinstance(artifact, ParquetArtifact):
         summary = {"metrics": _summarise_metrics, "image-scores": _summarise_image_scores,
                    "judgements": _summarise_judgements}[artifact.kind](artifact)
@@ -270,6 +277,23 @@ def _summarise_eval(t: EvalTable) -> dict[str, Any]:
     if meta["rewards"]:
         summary["aggregate"] = _stats(t.aggregate())
     return summary
+
+
+def _summarise_curve(t: CurveTable) -> dict[str, Any]:
+    meta = t.meta
+    return {
+        **_provenance_json(t.provenance),
+        "kind": "curve",
+        "evaluated": {k: meta.get(k) for k in ("setting", "mode", "run", "train_seed", "init", "weights_key")},
+        "sampling": meta.get("sampling"),
+        "lambda": meta["lambda"],
+        "rewards": meta["rewards"],
+        "n": t.n,
+        "points": [{"step": step, "sampler": sampler,
+                    **{name: float(t.mean[k, j]) for j, name in enumerate(t.scorers)},
+                    "aggregate_std": float(t.std[k, -1])}
+                   for k, (step, sampler) in enumerate(t.points)],
+    }
 
 
 def _summarise_metrics(a: ParquetArtifact) -> dict[str, Any]:
@@ -589,6 +613,23 @@ def _render_eval(summary: dict[str, Any], facts: Table) -> Table:
     return table
 
 
+def _render_curve(summary: dict[str, Any], facts: Table) -> Table:
+    what = summary["evaluated"]
+    setting = what.get("setting") or {}
+    if isinstance(setting, dict):
+        facts.add_row("setting", f"{setting.get('name', '?')} ({setting.get('path', '?')})")
+    facts.add_row("evaluated", "the base policy" if what.get("mode") == "base" else
+                  f"{what.get('mode')} run {what.get('run')}, train seed {what.get('train_seed')}")
+    facts.add_row("samples", f"n = {summary['n']} per point, seeds seed + k")
+    facts.add_row("λ", ", ".join(f"{r}={lam:g}" for r, lam in zip(summary["rewards"], summary["lambda"])))
+    table = Table(title="mean per (step, sampler)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("step", "sampler", *summary["rewards"], "Σλ·r"):
+        table.add_column(name, justify="right")
+    for p in summary["points"]:
+        table.add_row(str(p["step"]), p["sampler"], *(_num(p[r]) for r in summary["rewards"]), _num(p["aggregate"]))
+    return table
+
+
 def _metrics_facts(m: dict[str, Any], facts: Table) -> Table | None:
     steps = m["steps"]
     if not steps["count"]:
@@ -666,6 +707,7 @@ def _render_run(summary: dict[str, Any], facts: Table) -> Table | None:
 
 _RENDER = {
     "eval": _render_eval,
+    "curve": _render_curve,
     "metrics": _metrics_facts,
     "image-scores": _render_image_scores,
     "judgements": _render_judgements,

@@ -157,3 +157,53 @@ def test_estimate_at_a_flow1d_checkpoint_resamples_the_policys_own_draws(tmp_pat
     assert meta["positives"]["source"] == "sir" and meta["policy"]["checkpoint"].endswith("step-000001")
     assert invoke("estimate", "--policy", "twoscale", "--rewards", "toy_color", "--out", tmp_path / "x.parquet"
                   ).exit_code == 2
+
+
+def test_evaluate_writes_a_curve_of_mean_rewards_per_checkpoint_and_sampler(tmp_path):
+    from recast_cli.artifacts import read_curve
+
+    run = tmp_path / "run"
+    assert invoke("train", "--setting", "twoscale", "--weights", "static", "--out", run, "--max-steps", "2",
+                  "--save-every", "1", "--quiet").exit_code == 0
+    base = tmp_path / "base.parquet"
+    result = invoke("evaluate", "--setting", "twoscale", "--sampler", "sde", "--n", "4096", "--out", base, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    b = read_curve(base)
+    assert b.points == ((0, "sde"),) and b.scorers == ("coarse", "fine", "aggregate") and b.n == 4096
+    assert b.meta["mode"] == "base" and abs(b.value(0, "sde", "coarse") - 0.5) < 0.03
+    # the same seeds and the exact policy: the mean is the one a direct computation gives
+    flow = Flow1DPolicy(25)
+    x0 = flow.sample(flow.encode_prompts(["x"] * 4096), 0.7, torch.arange(4096) + 10000).states[:, -1]
+    direct = build_scorer("coarse").score(x0, ["x"] * 4096).mean() + build_scorer("fine").score(x0, ["x"] * 4096).mean()
+    assert b.value(0, "sde") == pytest.approx(direct, abs=1e-12)
+
+    curve = tmp_path / "curve.parquet"
+    result = invoke("evaluate", "--run", run, "--checkpoints", "all", "--sampler", "sde,ode", "--n", "2048",
+                    "--out", curve, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    c = read_curve(curve)
+    assert c.points == ((1, "sde"), (1, "ode"), (2, "sde"), (2, "ode")) and c.meta["mode"] == "static"
+    assert [p["step"] for p in c.meta["checkpoints"]] == [1, 2] and c.meta["train_seed"] == 0
+    np.testing.assert_allclose(c.mean[:, 2], c.mean[:, 0] + c.mean[:, 1], atol=1e-12)  # λ = (1, 1)
+    again = tmp_path / "again.parquet"
+    assert invoke("evaluate", "--run", run, "--checkpoint", "2", "--sampler", "ode", "--n", "2048", "--out", again,
+                  "--quiet").exit_code == 0
+    assert read_curve(again).value(2, "ode") == c.value(2, "ode")  # same seeds, same checkpoint: same numbers
+    missing = invoke("evaluate", "--run", run, "--checkpoints", "1,7", "--out", tmp_path / "m.parquet")
+    assert missing.exit_code == 2 and "no checkpoint of step 7 (it has 1, 2)" in missing.stderr
+    summary = json.loads(invoke("inspect", curve, "--json").stdout)
+    assert summary["kind"] == "curve" and len(summary["points"]) == 4
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--setting", "twoscale", "--checkpoints", "all"], "the base policy is step 0"),
+    (["--setting", "twoscale", "--sampler", "euler"], "--sampler must be sde or ode"),
+    (["--setting", "twoscale", "--judges", "clip"], "the 1-D world has no judges"),
+    (["--setting", "toy", "--sampler", "sde"], "--checkpoints and --sampler apply to the 1-D world"),
+])
+def test_bad_flow1d_evaluations_are_one_line_and_exit_2(tmp_path, args, needle):
+    out = tmp_path / "e.parquet"
+    result = invoke("evaluate", *args, "--out", out)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()

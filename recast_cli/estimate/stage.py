@@ -300,17 +300,9 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
     sources = [Source.of(setting.file)]
     info: dict[str, Any] = {"setting": str(setting.file), "kind": "flow1d", "steps": cfg.steps}
     if checkpoint is not None:
-        from safetensors.torch import load_file
+        from recast_cli.policy.flow1d import load_network
 
-        from recast_cli.train.params import FULL_FILE
-
-        weights = checkpoint / "adapter" / FULL_FILE
-        if not weights.is_file():
-            raise BadInput(f"--policy {cfg.policy}: checkpoint {checkpoint} has no {FULL_FILE} (not a flow1d run?)")
-        try:
-            policy.network.load_state_dict(load_file(str(weights)))
-        except RuntimeError as exc:
-            raise BadInput(f"{weights} does not fit the setting's flow1d network ({str(exc).splitlines()[0]})") from None
+        weights = load_network(policy, checkpoint)
         source = Source.of(weights)
         sources.append(source)
         info.update(checkpoint=str(checkpoint), adapter=str(weights), adapter_sha256=source.sha256)

@@ -27,11 +27,27 @@ def evaluate_command(
                                                             "seed + 100000·p + k (default 10000)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Images per sampling and scoring chunk."),
     device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)."),
+    checkpoints: Optional[str] = typer.Option(None, "--checkpoints", help="flow1d: all, latest or steps 10,20 of "
+                                                                          "--run (a recast.curve/1 table)."),
+    sampler: Optional[str] = typer.Option(None, "--sampler", help="flow1d: sde (the training sampler), ode, "
+                                                                  "or sde,ode (default ode)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """Evaluate the base model or a trained run: ODE samples of held-out prompts, rewards and judges per image."""
-    from recast_cli.evaluate.stage import evaluate, images_dir, parse_judges, plan_evaluation
+    """Evaluate the base model or a trained run: ODE samples of held-out prompts, rewards and judges per image
+    (in the 1-D world flow1d: mean rewards per checkpoint and sampler, a recast.curve/1 table)."""
+    from recast_cli.errors import BadInput
+    from recast_cli.evaluate.stage import evaluate, images_dir, parse_judges, plan_evaluation, resolve_target
 
+    if resolve_target(run, setting, checkpoint).setting.policy.kind == "flow1d":
+        if checkpoint is not None and checkpoints is not None:
+            raise BadInput("give --checkpoint STEP or --checkpoints LIST, not both")
+        if judges or device not in (None, "cpu"):
+            raise BadInput("the 1-D world has no judges and runs on the CPU")
+        _curve(run, setting, out_path, checkpoints if checkpoint is None else str(checkpoint), sampler, n, seed,
+               batch_size, quiet)
+        return
+    if checkpoints is not None or sampler is not None:
+        raise BadInput("--checkpoints and --sampler apply to the 1-D world (flow1d settings)")
     plan = plan_evaluation(run, setting, out_path, checkpoint=checkpoint,
                            judges=None if judges is None else parse_judges(judges), n=n, seed=seed,
                            batch_size=batch_size, device=device)
@@ -48,6 +64,22 @@ def evaluate_command(
         summary.add_row("Σλ·r", "aggregate", f"{values.mean():.4f}", f"{values.std():.4f}")
     out.print(summary)
     out.print(f"wrote {out_path} and {images_dir(out_path)}/")
+
+
+def _curve(run, setting, out_path, checkpoints, sampler, n, seed, batch_size, quiet) -> None:
+    from recast_cli.evaluate.curve import evaluate_curve, plan_curve
+
+    plan = plan_curve(run, setting, out_path, checkpoints, sampler, n=n, seed=seed, batch_size=batch_size)
+    table = evaluate_curve(plan, quiet=quiet)
+    what = "base policy" if plan.target.run is None else f"{plan.target.mode} run"
+    summary = Table(title=f"{plan.target.setting.name} ({what}): mean over n = {table.n} samples per point",
+                    title_justify="left")
+    for column in ("step", "sampler", *table.scorers):
+        summary.add_column(column, justify="right")
+    for (step, kind), row in zip(table.points, table.mean):
+        summary.add_row(str(step), kind, *(f"{v:.4f}" for v in row))
+    out.print(summary)
+    out.print(f"wrote {out_path}")
 
 
 def register(app: typer.Typer) -> None:

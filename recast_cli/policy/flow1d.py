@@ -19,6 +19,7 @@ not the exact posterior: once θ moves, the exact posterior is no longer the pol
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -90,3 +91,25 @@ class Flow1DPolicy(GMM1DPolicy):
     def exact_velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: GMM1DConditioning) -> torch.Tensor:
         """v* alone: the reference policy π^old of step 0."""
         return super().velocity(x, sigma, cond)
+
+
+def load_network(policy: Flow1DPolicy, checkpoint: str | Path) -> Path:
+    """Load a flow1d run's checkpoint (a checkpoint folder, or the weights file) into ``policy.network``.
+
+    Returns the weights file; BadInput when the folder holds no flow1d network or one of
+    another shape.
+    """
+    from safetensors.torch import load_file
+
+    from recast_cli.train.params import FULL_FILE
+
+    path = Path(checkpoint)
+    if path.is_dir():
+        path = path / "adapter" / FULL_FILE
+    if not path.is_file():
+        raise BadInput(f"checkpoint {checkpoint} has no {FULL_FILE} (not a flow1d run?)")
+    try:
+        policy.network.load_state_dict(load_file(str(path)))
+    except (RuntimeError, OSError) as exc:
+        raise BadInput(f"{path} does not fit the setting's flow1d network ({str(exc).splitlines()[0]})") from None
+    return path

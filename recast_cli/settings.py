@@ -34,7 +34,7 @@ class PolicySpec:
     precision: str = "auto"
     noise_level: float = 0.7
     prompt_check: str = "none"
-    features: int = 8  # flow1d: Fourier features of x and σ in the residual MLP
+    features: int = 6  # flow1d: geometric Fourier frequencies of x and σ in the residual MLP
     hidden: int = 32  # flow1d: its hidden width
 
 

@@ -161,11 +161,11 @@ def build_world(cfg: EstimateConfig) -> World:
     from recast_cli.rewards import build_scorer, scorer_names
 
     if cfg.policy == "gmm1d":
-        from recast_cli.policy.gmm1d import REWARDS, GMM1DPolicy, GMM1DReward, sample_positive
+        from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DPolicy, GMM1DReward, sample_positive
 
-        unknown = [r for r in cfg.rewards if r not in REWARDS]
+        unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
         if unknown:
-            raise BadInput(f"gmm1d has no reward {unknown[0]!r}; it has {', '.join(REWARDS)}")
+            raise BadInput(f"gmm1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
         if cfg.positives is not None:
             raise BadInput("gmm1d draws exact π⁺ samples; it takes no --positives")
         policy = GMM1DPolicy(steps=cfg.steps)
@@ -286,12 +286,12 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
     reward's N positives are resampled (SIR, E2) from ``SIR_DRAWS_PER_POSITIVE``·N of the
     policy's own SDE draws, with probability ∝ exp(r/β) — exact as the draws grow.
     """
-    from recast_cli.policy.gmm1d import REWARDS, GMM1DReward, reward_value, sample_positive
+    from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DReward, reward_value, sample_positive
     from recast_cli.settings import build_policy
 
-    unknown = [r for r in cfg.rewards if r not in REWARDS]
+    unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
     if unknown:
-        raise BadInput(f"flow1d has no reward {unknown[0]!r}; it has {', '.join(REWARDS)}")
+        raise BadInput(f"flow1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
     if cfg.positives is not None:
         raise BadInput("flow1d draws its own π⁺ samples (exact at the base, resampled at a checkpoint); "
                        "it takes no --positives")

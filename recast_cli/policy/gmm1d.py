@@ -34,7 +34,12 @@ MEANS = np.array([-2.4, -1.6, 1.6, 2.4])
 STD = 0.25
 BETA = 0.5
 REWARDS = ("coarse", "mid", "fine")
+#: Every reward of the world: the three of METHOD.md §4 and ``fine_wide`` (odd 0.3-cells), a
+#: second clean-end reward whose exact gain peaks at the same step as ``fine``'s (t = 2 of 25)
+#: with a wider window: the control pair of the two-timescale study (pipelines/twoscale-control.toml).
+ALL_REWARDS = (*REWARDS, "fine_wide")
 FINE_CELL = 0.2
+CELL = {"fine": FINE_CELL, "fine_wide": 0.3}
 
 
 def reward_probability(reward: str, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -52,15 +57,16 @@ def reward_probability(reward: str, mean: np.ndarray, std: np.ndarray) -> np.nda
         return mass(0.0, np.inf)
     if reward == "mid":
         return mass(-np.inf, -2.0) + mass(2.0, np.inf)
-    lo = int(np.floor((mean.min() - 12 * std.max()) / FINE_CELL)) - 1
-    hi = int(np.ceil((mean.max() + 12 * std.max()) / FINE_CELL)) + 1
-    ks = [k for k in range(lo, hi + 1) if k % 2 != 0]  # "fine": the odd cells
-    return sum(mass(k * FINE_CELL, (k + 1) * FINE_CELL) for k in ks)
+    cell = CELL[reward]
+    lo = int(np.floor((mean.min() - 12 * std.max()) / cell)) - 1
+    hi = int(np.ceil((mean.max() + 12 * std.max()) / cell)) + 1
+    ks = [k for k in range(lo, hi + 1) if k % 2 != 0]  # "fine", "fine_wide": the odd cells
+    return sum(mass(k * cell, (k + 1) * cell) for k in ks)
 
 
 def check_reward(reward: str) -> str:
-    if reward not in REWARDS:
-        raise BadInput(f"gmm1d has no reward {reward!r}; it has {', '.join(REWARDS)}")
+    if reward not in ALL_REWARDS:
+        raise BadInput(f"gmm1d has no reward {reward!r}; it has {', '.join(ALL_REWARDS)}")
     return reward
 
 
@@ -71,7 +77,7 @@ def reward_value(reward: str, x0: np.ndarray) -> np.ndarray:
         return (x0 > 0).astype(np.float64)
     if reward == "mid":
         return (np.abs(x0) > 2).astype(np.float64)
-    return (np.floor(x0 / FINE_CELL) % 2 == 1).astype(np.float64)
+    return (np.floor(x0 / CELL[reward]) % 2 == 1).astype(np.float64)
 
 
 def posterior(x: np.ndarray, sigma: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -313,6 +319,13 @@ class Fine(GMM1DReward):
 
     def __init__(self):
         super().__init__("fine")
+
+
+class FineWide(GMM1DReward):
+    """``fine_wide`` = 1{x_0 in an odd 0.3-cell}: the control partner of ``fine`` (same peak step)."""
+
+    def __init__(self):
+        super().__init__("fine_wide")
 
 
 if __name__ == "__main__":

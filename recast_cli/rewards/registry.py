@@ -30,6 +30,7 @@ SCORERS: dict[str, str] = {
     "coarse": "recast_cli.policy.gmm1d:Coarse",
     "mid": "recast_cli.policy.gmm1d:Mid",
     "fine": "recast_cli.policy.gmm1d:Fine",
+    "fine_wide": "recast_cli.policy.gmm1d:FineWide",
 }
 
 

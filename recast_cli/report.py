@@ -946,6 +946,10 @@ def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int =
     check_writable(out / REPORT_NAME)
     if prompts < 0:
         raise BadInput(f"--prompts must be >= 0, got {prompts}")
+    from recast_cli.report_curves import is_curve_input, make_curve_report
+
+    if is_curve_input(paths):  # the 1-D world (flow1d): curve tables instead of per-image evaluations
+        return make_curve_report(paths, out)
     inputs = load_inputs(paths)
     check_inputs(inputs)
     return write_report(build_report(inputs, prompts), out)

@@ -34,6 +34,7 @@ KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate")
 POSITIVES_KEYS = ("prompts", "rewards")
 MODES = ("static", "recast", "nosink", "reversed")
 SAMPLINGS = ("pplus", "pold")
+STUDY_GAINS = ("estimate", "exact")
 PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
 PATH_SOURCES = ("folder", "diffusers")
 #: Scorer options that name a file but have no WeightSpec (those are found in the scorer's module).
@@ -72,6 +73,8 @@ class StudySpec:
     sampling: str = "pplus"
     positives: str | None = None
     tau: float = 1.0
+    gains: str = "estimate"  # what W is solved from: the sampled estimate, or (flow1d) the exact table
+    control: str | None = None  # flow1d: another flow1d setting whose study runs beside this one
 
     @staticmethod
     def label(budget: tuple[float, ...]) -> str:
@@ -137,6 +140,21 @@ def load_study(setting: Setting) -> StudySpec:
         values["sampling"] = table["sampling"]
     if "positives" in table:
         values["positives"] = _positives_source(table["positives"], setting.file, where)
+    if "gains" in table:
+        if table["gains"] not in STUDY_GAINS:
+            raise BadInput(f"{where} gains must be one of {', '.join(STUDY_GAINS)}, got {table['gains']!r}")
+        if table["gains"] == "exact" and setting.policy.kind != "flow1d":
+            raise BadInput(f"{where} gains = \"exact\" needs the analytic world (a flow1d policy)")
+        values["gains"] = table["gains"]
+    if "control" in table:
+        if setting.policy.kind != "flow1d" or not isinstance(table["control"], str):
+            raise BadInput(f"{where} control names another flow1d setting (a .toml path) of a flow1d study")
+        control = (setting.file.parent / table["control"]).resolve()
+        if not control.is_file():
+            raise BadInput(f"{where} control = {table['control']!r}: no such setting ({control})")
+        if control == setting.file.resolve():
+            raise BadInput(f"{where} control names the setting itself")
+        values["control"] = str(control)
     return StudySpec(**values)
 
 
@@ -505,6 +523,10 @@ def _check_positives(setting: Setting, rewards, options) -> str:
 
 
 def _check_study_sources(setting: Setting, study: StudySpec) -> str:
+    if setting.policy.kind == "flow1d":
+        if study.positives is not None:
+            raise BadInput("a flow1d study draws its own π⁺ samples (exact at the base policy); it takes no positives")
+        return "exact π⁺ (the analytic world)"
     if study.positives is None:
         if study.sampling == "pplus" and setting.policy.prompt_check != "toy":
             raise BadInput("π⁺-sampling (sampling = \"pplus\") needs positives = a recast sample-positive source")

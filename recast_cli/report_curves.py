@@ -360,6 +360,11 @@ def build_curve_report(inputs: CurveInputs) -> Report:
              f"{', '.join(MODE_LABEL[m] for m in arms)}; budgets {', '.join(budget_label(b) for b in budgets)}; "
              f"{len(seeds)} seeds; n = {first.table.n} samples per evaluated point, the same seeds everywhere.\n"]
     notes: list[str] = []
+    step_sets = {tuple(sorted(s for s, k in c.table.points if k == "sde")) for c in curves
+                 if c.mode != "base" and any(k == "sde" for _, k in c.table.points)}
+    if len(step_sets) > 1:
+        notes.append("the runs' curves hold different checkpoints: " + "; ".join(
+            ", ".join(map(str, s)) for s in sorted(step_sets)) + " (e.g. keep_checkpoints below max_steps/save_every)")
     for title, endpoint, what in (
             ("Primary endpoint — area under the aggregate-reward curve (SDE)", primary,
              "A run's value is the mean of Σ_i λ_i·r_i over its evaluated checkpoints under the training sampler."),

@@ -153,7 +153,12 @@ def analytic_study_makefile(setting, study, root: Path, recast: str = "recast", 
     from recast_cli.train.config import config_from_setting, trained_steps
 
     steps = setting.policy.steps
-    skip = steps - len(trained_steps(steps, config_from_setting(setting.raw, setting.file).train_fraction))
+    train = config_from_setting(setting.raw, setting.file)
+    skip = steps - len(trained_steps(steps, train.train_fraction))
+    saved = train.max_steps // train.save_every
+    if train.keep_checkpoints < saved:
+        raise BadInput(f"{setting.file}: the study evaluates every checkpoint, but [train] keep_checkpoints = "
+                       f"{train.keep_checkpoints} keeps fewer than the {saved} a run saves; set keep_checkpoints = {saved}")
     q = shlex.quote
     S = q(str(setting.file))
     rewards = ",".join(study.rewards)

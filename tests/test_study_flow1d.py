@@ -32,7 +32,7 @@ lambda = [1, 1]
 prompts = "prompts.txt"
 train_fraction = 1.0
 lora_rank = 0
-max_steps = 4
+max_steps = 6
 group_size = 4
 prompts_per_step = 4
 micro_batch = 96
@@ -40,6 +40,7 @@ sample_batch = 16
 learning_rate = 3e-3
 beta_kl = 0.01
 save_every = 2
+keep_checkpoints = 3
 
 [evaluate]
 n = 512
@@ -106,9 +107,10 @@ def test_the_flow1d_study_runs_end_to_end_with_its_control(tmp_path):
     assert (root / "W" / "1-2-recast-sampled.safetensors").is_file()
     # curves: checkpoints 2 and 4 under the SDE, the last under the ODE, the same seeds in every run
     curve = read_curve(root / "evals" / "1-2" / "recast-s1.parquet")
-    assert curve.points == ((2, "sde"), (4, "sde")) and curve.meta["train_seed"] == 1
+    assert curve.points == ((2, "sde"), (4, "sde"), (6, "sde")) and curve.meta["train_seed"] == 1
     final = read_curve(root / "evals" / "1-2" / "recast-s1-ode.parquet")
-    assert final.points == ((4, "ode"),)
+    assert final.points == ((6, "ode"),)
+    assert "Notes" not in report  # every run has the same checkpoints
     base = read_curve(root / "evals" / "base.parquet")
     assert base.points == ((0, "sde"), (0, "ode"))
 
@@ -148,3 +150,15 @@ def test_contrasts_pair_each_arm_with_static_per_seed_averaged_over_budgets():
     del grid[("recast", (1.0, 2.0), 3)]
     _, notes = contrasts(grid)
     assert notes == ["ReCAST seed 3: 1 of 2 budgets paired with static"]
+
+
+def test_a_flow1d_study_that_would_prune_checkpoints_is_refused(tmp_path):
+    from typer.testing import CliRunner
+
+    from recast_cli.cli import app
+
+    setting = write_settings(tmp_path)
+    setting.write_text(setting.read_text().replace("keep_checkpoints = 3\n", ""))
+    result = CliRunner().invoke(app, ["study-makefile", "--setting", str(setting), "--root", str(tmp_path / "s")])
+    assert result.exit_code == 2
+    assert "keep_checkpoints = 2 keeps fewer than the 3 a run saves; set keep_checkpoints = 3" in result.stderr

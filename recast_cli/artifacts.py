@@ -129,13 +129,18 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 # --------------------------------------------------------------------------- atomic output
 
 
-def check_writable(path: str | os.PathLike[str]) -> Path:
+def check_writable(path: str | os.PathLike[str],
+                   inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Path:
     """Check, before any work is done and without touching the disk, that ``path`` can be written.
 
     Missing parent folders are fine (they are created at write time); a parent that is a
-    file, a path that is a folder, or a folder without write permission is BadInput.
+    file, a path that is a folder, or a folder without write permission is BadInput, and so
+    is a ``path`` that is one of the command's ``inputs`` (it would be overwritten).
     """
     out = Path(path)
+    for given in inputs:
+        if given is not None and _same_file(out, Path(given)):
+            raise BadInput(f"cannot write {out}: it is also an input of this command ({given}); write elsewhere")
     if out.is_dir():
         raise BadInput(f"cannot write {out}: it is a directory")
     ancestor = out.parent
@@ -146,6 +151,12 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise BadInput(f"cannot write {out}: no write permission in {ancestor}")
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
 
 
 @contextlib.contextmanager
@@ -661,7 +672,8 @@ def check_marginals(w: WeightMatrix, where: str = "weight matrix") -> None:
     if untrained.size and np.any(w.W[:, untrained] != 0):
         raise BadInput(f"{where}: W puts weight on steps {[int(j) + 1 for j in untrained if w.W[:, j].any()]}, "
                        f"which its metadata says are not trained")
-    lam_hat = np.asarray(w.lam, dtype=np.float64) / float(np.sum(w.lam))
+    lam = np.asarray(w.lam, dtype=np.float64) / max(w.lam)  # scaled first: huge budgets do not overflow
+    lam_hat = lam / lam.sum()
     rows = w.W.sum(axis=1)
     if np.max(np.abs(rows - lam_hat)) > MARGINAL_TOL:
         raise BadInput(f"{where}: the rows of W sum to {np.round(rows, 6).tolist()}, not to the recorded "

@@ -166,7 +166,7 @@ def estimate_command(
         from recast_cli.artifacts import check_writable, read_scores
 
         for path in outs:
-            check_writable(path)
+            check_writable(path, inputs=[from_scores])
         stage.gains_from_scores(read_scores(from_scores), opts, outs, from_scores)
         written = outs
     else:
@@ -208,7 +208,7 @@ def merge_command(
     outs = stage.output_paths(out_path, opts.alphas)
     merged_path = stage.scores_path(out_path)
     for path in (merged_path, *outs):
-        check_writable(path)
+        check_writable(path, inputs=shards)
     merged = stage.merge_scores(shards)
     write_scores(merged_path, merged, config={"command": "merge"}, sources=[Source.of(s) for s in shards])
     stage.gains_from_scores(read_scores(merged_path), opts, outs, merged_path)
@@ -230,7 +230,7 @@ def inspect_command(
     if plot is not None:
         from recast_cli.artifacts import check_writable
 
-        check_writable(plot)
+        check_writable(plot, inputs=[path])
     artifact = load_artifact(path)
     summary = summarise(artifact)
     if plot is not None and summary["kind"] not in ("gains", "weights"):
@@ -257,7 +257,7 @@ def plot_command(
         raise BadInput("recast plot needs --gains, --weights or both")
     if d_curves and gains is None:
         raise BadInput("--d-curves needs --gains")
-    check_writable(out_path)
+    check_writable(out_path, inputs=[gains, weights])
     table = read_gains(gains) if gains is not None else None
     if d_curves:
         from recast_cli.figures import figure_d_curves, save_figure

@@ -943,7 +943,7 @@ def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int =
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a directory")
-    check_writable(out / REPORT_NAME)
+    check_writable(out / REPORT_NAME, inputs=list(paths))
     if prompts < 0:
         raise BadInput(f"--prompts must be >= 0, got {prompts}")
     from recast_cli.report_curves import is_curve_input, make_curve_report

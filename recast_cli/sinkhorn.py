@@ -128,9 +128,10 @@ def sinkhorn_log(log_kernel: np.ndarray, row: np.ndarray, col: np.ndarray, tol: 
 
 
 def lambda_hat(lam: np.ndarray) -> np.ndarray:
-    """λ̂ = λ / Σλ."""
+    """λ̂ = λ / Σλ, computed as (λ / max λ) / Σ(λ / max λ) so that huge budgets do not overflow."""
     lam = np.asarray(lam, dtype=np.float64)
-    return lam / lam.sum()
+    scaled = lam / lam.max()
+    return scaled / scaled.sum()
 
 
 def static_weights(lam: np.ndarray, steps: int) -> np.ndarray:

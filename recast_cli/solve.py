@@ -16,7 +16,12 @@ import numpy as np
 from recast_cli.artifacts import MODES, Source, WeightMatrix, check_writable, read_gains, write_weights
 from recast_cli.errors import BadInput
 from recast_cli.grid import GRID_KINDS, GridSpec
-from recast_cli.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, resample_gains, solve_weights, spill_share
+from recast_cli.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError, resample_gains, solve_weights, spill_share
+
+#: The largest grid ``--steps`` accepts (a sampler of more steps than this is not a training grid).
+MAX_STEPS = 10_000
+#: The largest ratio between two budgets: beyond it λ̂ of the smallest is lost to rounding.
+MAX_LAMBDA_RATIO = 1e12
 
 
 def parse_lambda(text: str, rewards: tuple[str, ...]) -> np.ndarray:
@@ -78,8 +83,8 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not (math.isfinite(tau) and tau > 0):
         raise BadInput(f"--tau must be a positive number, got {tau!r}")
-    if steps is not None and steps < 1:
-        raise BadInput(f"--steps must be at least 1, got {steps}")
+    if steps is not None and not 1 <= steps <= MAX_STEPS:
+        raise BadInput(f"--steps must lie in 1 … {MAX_STEPS}, got {steps}")
     if not (math.isfinite(floor) and 0 <= floor < 1):
         raise BadInput(f"--floor must lie in [0, 1), got {floor!r}")
     if grid is not None and grid not in GRID_KINDS:
@@ -88,9 +93,12 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
     if skip_clean < 0:
         raise BadInput(f"--skip-clean must be >= 0, got {skip_clean}")
-    out_path = check_writable(out)
+    out_path = check_writable(out, inputs=[gains])
     table = read_gains(gains)
     lam = parse_lambda(lam_text, table.rewards)
+    if np.log10(lam.max()) - np.log10(lam.min()) > np.log10(MAX_LAMBDA_RATIO):
+        raise BadInput(f"--lambda: the budgets span more than {MAX_LAMBDA_RATIO:g}x (largest {lam.max():g}, smallest "
+                       f"{lam.min():g}); the smallest would get no weight: give them on a common scale")
 
     spec = None
     if steps is None and grid is None and shift is None:
@@ -106,7 +114,12 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
     noise = None
     if table.D_lo is not None and table.D_hi is not None:
         noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
-    solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean)
+    try:  # every failure here comes from the inputs (gains, λ, τ): one line and exit 2, never a numpy warning
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean)
+    except (SinkhornError, FloatingPointError):
+        raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel exp(ΔD̄/τ) is degenerate and "
+                       f"Sinkhorn cannot balance it; use a larger --tau (default {DEFAULT_TAU:g})") from None
     totals = gain[:, skip_clean:].sum(axis=1)
     warnings = [
         f"reward {name!r} is indiscriminable (total gain {totals[i]:.3g} is below the floor "

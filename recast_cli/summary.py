@@ -455,7 +455,8 @@ def _summarise_estimation(artifact: GainTable | WeightMatrix | ScoreTable | Posi
     w = artifact
     trained = np.array(w.steps) - 1
     spill = spill_share(w.W[:, trained], w.gain[:, trained])
-    lam_hat = np.asarray(w.lam) / np.sum(w.lam)
+    lam_hat = np.asarray(w.lam) / max(w.lam)
+    lam_hat = lam_hat / lam_hat.sum()
     rows = [
         {
             "reward": name,

@@ -147,11 +147,14 @@ BAD_FLAGS = {
     "lambda mixed": (["--lambda", "clip=1,2"], "not both"),
     "tau zero": (["--lambda", "1,1,1,1", "--tau", "0"], "--tau must be a positive number"),
     "tau negative": (["--lambda", "1,1,1,1", "--tau", "-2"], "--tau must be a positive number"),
-    "steps zero": (["--lambda", "1,1,1,1", "--steps", "0"], "--steps must be at least 1"),
+    "steps zero": (["--lambda", "1,1,1,1", "--steps", "0"], "--steps must lie in 1 … 10000, got 0"),
     "steps text": (["--lambda", "1,1,1,1", "--steps", "ten"], "--steps"),
     "mode": (["--lambda", "1,1,1,1", "--mode", "greedy"], "--mode must be one of"),
     "flowmatch without shift": (["--lambda", "1,1,1,1", "--steps", "10", "--grid", "flowmatch"], "needs --shift"),
     "grid unknown": (["--lambda", "1,1,1,1", "--grid", "karras"], "--grid must be one of"),
+    "steps unbounded": (["--lambda", "1,1,1,1", "--steps", "100000000"], "--steps must lie in 1 … 10000"),
+    "lambda span": (["--lambda", "1e-300,1,1,1e300"], "the budgets span more than 1e+12x"),
+    "tau tiny": (["--lambda", "1,1,1,1", "--tau", "1e-300"], "--tau 1e-300 is too small for these gains"),
 }
 
 
@@ -162,6 +165,13 @@ def test_bad_flags_give_one_line_and_exit_2(gains_path, tmp_path, case):
     result = recast("solve-w", "--gains", gains_path, "--out", out, *flags)
     assert_one_line_exit_2(result, needle)
     assert not out.exists()
+
+
+def test_huge_budgets_are_normalised_without_overflow(gains_path, tmp_path):
+    out = tmp_path / "W.safetensors"
+    result = recast("solve-w", "--gains", gains_path, "--lambda", "1e308,1e308,2e307,1e308", "--out", out)
+    assert result.exit_code == 0 and "Warning" not in result.stderr and not result.stderr.strip(), result.stderr
+    np.testing.assert_allclose(read_weights(out).W.sum(axis=1), np.array([10, 10, 2, 10]) / 32, atol=1e-10)
 
 
 def test_bad_gain_tables_give_one_line_and_exit_2(example_path, tmp_path):
@@ -223,3 +233,25 @@ def test_plot_d_curves_with_bootstrap_bands(gains_path, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert_one_line_exit_2(recast("plot", "--weights", gains_path, "--d-curves", "--out", png), "--d-curves needs")
+
+
+def test_an_output_that_is_also_an_input_is_refused_and_the_input_kept(gains_path, tmp_path):
+    import hashlib
+    import shutil
+
+    gains = tmp_path / "g.parquet"
+    shutil.copy(gains_path, gains)
+    before = hashlib.sha256(gains.read_bytes()).hexdigest()
+    W = tmp_path / "W.safetensors"
+    assert recast("solve-w", "--gains", gains, "--lambda", "1,1,1,1", "--out", W).exit_code == 0
+    cases = [
+        ("solve-w", "--gains", gains, "--lambda", "1,1,1,1", "--out", gains),
+        ("solve-w", "--gains", gains, "--lambda", "1,1,1,1", "--out", tmp_path / "." / "g.parquet"),
+        ("plot", "--gains", gains, "--out", gains),
+        ("plot", "--weights", W, "--out", W),
+        ("inspect", W, "--plot", W),
+    ]
+    for args in cases:
+        assert_one_line_exit_2(recast(*args), "it is also an input of this command")
+    assert hashlib.sha256(gains.read_bytes()).hexdigest() == before
+    assert read_weights(W).mode == "recast"

@@ -49,6 +49,20 @@ def test_from_scores_recomputes_without_rollouts_and_sweeps_alpha(single, tmp_pa
         assert table.meta["alpha"] == float(alpha) and table.meta["monotone"] == "clip"
 
 
+def test_outputs_that_are_inputs_are_refused(single, tmp_path):
+    import hashlib
+    import shutil
+
+    scores = tmp_path / "g.scores.parquet"
+    shutil.copy(single.with_name("g.scores.parquet"), scores)
+    before = hashlib.sha256(scores.read_bytes()).hexdigest()
+    for args in (["estimate", "--from-scores", scores, "--out", scores],
+                 ["merge", scores, "--out", tmp_path / "g.parquet"]):  # merge writes OUT.scores.parquet = the shard
+        result = runner.invoke(app, [str(a) for a in args])
+        assert result.exit_code == 2 and "it is also an input of this command" in result.stderr, result.stderr
+    assert hashlib.sha256(scores.read_bytes()).hexdigest() == before
+
+
 def test_two_shards_merged_equal_a_single_run(single, tmp_path):
     for i in range(2):
         run(*BASE, "--shard", f"{i}/2", "--out", tmp_path / f"s{i}.parquet")

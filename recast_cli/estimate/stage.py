@@ -583,7 +583,7 @@ def estimate(cfg: EstimateConfig, opts: GainOptions, out: str | Path, shard: str
     shard_ix = parse_shard(shard)
     outs = output_paths(out, opts.alphas)
     for path in (scores_path(out), *outs):
-        check_writable(path)
+        check_writable(path, inputs=[cfg.positives and Path(cfg.positives) / "manifest.parquet"])
     table = run_rollouts(cfg, out, shard_ix, quiet=quiet)
     if table is None:
         return []  # another process of an accelerate launch gathers and writes

@@ -55,7 +55,9 @@ def static_weights(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc
     """The static W of a setting: ``W_{i,t} = λ̂_i / T'`` on the T' trained ``steps``, 0 elsewhere."""
     T = len(sigmas_desc) - 1
     trained = sorted(steps) if steps is not None else list(range(1, T + 1))
-    lam_hat = np.asarray(lam, dtype=np.float64) / float(np.sum(lam))
+    from recast_cli.sinkhorn import lambda_hat
+
+    lam_hat = lambda_hat(np.asarray(lam, dtype=np.float64))
     W = np.zeros((len(lam_hat), T))
     W[:, np.array(trained) - 1] = lam_hat[:, None] / len(trained)
     return WeightMatrix(W=W, gain=np.zeros_like(W), rewards=rewards, lam=tuple(float(x) for x in lam),
@@ -77,8 +79,9 @@ def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, sh
         raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
     if np.max(np.abs(np.asarray(w.sigmas) - sigmas_desc)) > 1e-6:
         raise BadInput(f"{where} is on another σ grid than the sampler's (same T = {T}); resample it with {hint}")
-    a = np.asarray(w.lam) / np.sum(w.lam)
-    b = np.asarray(cfg.lam) / np.sum(cfg.lam)
+    from recast_cli.sinkhorn import lambda_hat
+
+    a, b = lambda_hat(np.asarray(w.lam)), lambda_hat(np.asarray(cfg.lam))
     if np.max(np.abs(a - b)) > 1e-9:
         raise BadInput(f"{where} was solved for lambda {list(w.lam)}, the run uses {list(cfg.lam)} "
                        "(pass --lambda or solve W again)")

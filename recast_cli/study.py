@@ -16,12 +16,28 @@ saves its last checkpoint), so a killed run is resumed with ``--resume``, not sk
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
 import typer
 
 from recast_cli.errors import BadInput
+
+
+#: The characters a path may hold to be written into the Makefile as it is: anything else would
+#: be read by make (``$``, ``#``, ``:``, spaces) or by the shell (``;``, quotes, ``&``, ...).
+SAFE_PATH = re.compile(r"[A-Za-z0-9._/+=,@~-]+")
+
+
+def make_path(value: str | Path, what: str) -> str:
+    """``value`` as a word of the generated Makefile; BadInput naming the first unsafe character."""
+    text = str(value)
+    if not SAFE_PATH.fullmatch(text):
+        bad = next((c for c in text if not SAFE_PATH.fullmatch(c)), "")
+        raise BadInput(f"{what} {text!r}: the character {bad!r} is not allowed in a study's paths (make or the "
+                       "shell would read it); use letters, digits and ._/+=,@~-")
+    return shlex.quote(text)
 
 
 def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str:
@@ -32,6 +48,12 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
 
     setting = load_setting(setting_name)
     study = load_study(setting)
+    root = Path(make_path(root, "--root"))
+    recast = make_path(recast, "--recast")
+    make_path(setting.file, "the setting")
+    for path in (study.positives_path(), study.control):
+        if path is not None:
+            make_path(path, "the study's")
     if setting.policy.kind == "flow1d":
         return analytic_study_makefile(setting, study, root, recast)
     steps = setting.policy.steps

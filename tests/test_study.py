@@ -83,3 +83,19 @@ def test_study_makefile_bad_setting_is_one_line(tmp_path):
                          text=True)
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and "budgets[0]" in out.stderr
+
+
+@pytest.mark.parametrize("flag, value, bad", [
+    ("--root", "a;touch pwned", ";"), ("--root", "a b", " "), ("--root", "$(shell touch pwned)", "$"),
+    ("--root", "a#b", "#"), ("--recast", "recast;touch pwned", ";"),
+])
+def test_study_paths_make_or_the_shell_would_read_are_refused(tmp_path, flag, value, bad):
+    from typer.testing import CliRunner
+
+    from recast_cli.cli import app
+
+    args = ["study-makefile", "--setting", "toy", flag, value]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"the character {bad!r} is not allowed in a study's paths" in result.stderr
+    assert not (tmp_path / "pwned").exists()

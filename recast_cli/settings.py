@@ -9,6 +9,7 @@ This module reads the ``[policy]`` table; later stages add their own tables.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,12 @@ from recast_cli.errors import BadInput
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 POLICY_KINDS = ("sd3", "gmm1d", "flow1d")
 PROMPT_CHECKS = ("none", "toy")
+#: The tables a setting may hold; any other (a typo such as [trian]) is refused by name.
+KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate")
+#: The type of each [policy] key (int keys refuse booleans and floats, number keys take ints too).
+POLICY_TYPES = {"kind": str, "path": str, "steps": int, "guidance_scale": float, "resolution": int,
+                "max_sequence_length": int, "precision": str, "noise_level": float, "prompt_check": str,
+                "features": int, "hidden": int}
 
 
 @dataclass(frozen=True)
@@ -60,9 +67,16 @@ def load_setting(name_or_path: str) -> Setting:
         known = sorted(p.stem for p in PIPELINES.glob("*.toml"))
         raise BadInput(f"no setting {name_or_path!r} (looked for {path}); known: {', '.join(known) or 'none'}")
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not UTF-8 text (byte {exc.start}); a setting is a UTF-8 TOML file") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot be read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"{path}: not valid TOML ({exc})") from None
+    unknown_tables = [t for t in raw if t not in KNOWN_TABLES]
+    if unknown_tables:
+        raise BadInput(f"{path}: unknown table [{unknown_tables[0]}]; known: {', '.join(KNOWN_TABLES)}")
     table = raw.get("policy")
     if not isinstance(table, dict):
         raise BadInput(f"{path}: no [policy] table")
@@ -70,6 +84,14 @@ def load_setting(name_or_path: str) -> Setting:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise BadInput(f"{path}: unknown [policy] keys {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    for key, value in table.items():
+        kind = POLICY_TYPES[key]
+        ok = (isinstance(value, str) if kind is str else
+              isinstance(value, int) and not isinstance(value, bool) if kind is int else
+              isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not ok:
+            expected = {str: "a string", int: "an integer", float: "a number"}[kind]
+            raise BadInput(f"{path}: [policy] {key} = {json.dumps(value, default=str)} is not {expected}")
     if table.get("kind") not in POLICY_KINDS:
         raise BadInput(f"{path}: [policy] kind must be one of {', '.join(POLICY_KINDS)}")
     if table.get("prompt_check", "none") not in PROMPT_CHECKS:

@@ -28,9 +28,8 @@ from typing import Any
 import typer
 
 from recast_cli.errors import BadInput
-from recast_cli.settings import Setting, check_prompts, load_setting
+from recast_cli.settings import KNOWN_TABLES, Setting, check_prompts, load_setting
 
-KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate")
 POSITIVES_KEYS = ("prompts", "rewards")
 MODES = ("static", "recast", "nosink", "reversed")
 SAMPLINGS = ("pplus", "pold")

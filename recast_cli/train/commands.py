@@ -49,6 +49,13 @@ def train_command(
         raise BadInput(f"--device must be cpu or cuda, got {device!r}")
     plan = plan_run(setting, cfg, weights, out_dir, resume, init, device)
     trainer = Trainer(plan, quiet=quiet)
+    try:
+        _train(trainer, plan, cfg, out_dir)
+    finally:
+        trainer.close()
+
+
+def _train(trainer, plan, cfg, out_dir) -> None:
     start = trainer.step
     if start >= cfg.max_steps:
         out.print(f"{out_dir} is already at step {start} (max_steps {cfg.max_steps}); nothing to do")

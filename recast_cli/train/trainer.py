@@ -158,14 +158,25 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file, not a run folder")
-    if resume:
+    if out.is_dir() and (out / "run.json").exists():
+        record = read_run_record(out)
+        if not resume:
+            raise BadInput(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
         found = ckpt.list_checkpoints(out)
         if found:
             resume_from = found[-1][1]
             _, state = ckpt.read_checkpoint(resume_from)
             _check_same_run(state, cfg, w, weights, resume_from)
-    elif (out / "run.json").exists():
-        raise BadInput(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+        elif record.get("config", {}).get("weights_key") != weights_key(w) or \
+                record.get("config", {}).get("run_key", cfg.run_key()) != cfg.run_key():
+            raise BadInput(f"--resume: {out} holds the start of another run (another W or configuration) and no "
+                           "checkpoint; choose another --out")
+    elif out.is_dir():
+        if resume:
+            raise BadInput(f"--resume: {out} holds no recast run (no run.json); drop --resume to start one in a new "
+                           "or empty folder")
+        if any(out.iterdir()):
+            raise BadInput(f"--out {out} is not empty and holds no recast run; choose a new or empty folder")
     init_from = None
     if init is not None:
         from recast_cli.train.params import resolve_adapter
@@ -203,6 +214,49 @@ def scheduler_grid(spec) -> tuple[np.ndarray, float | None]:
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler", local_files_only=True)
     scheduler.set_timesteps(spec.steps)
     return scheduler.sigmas.detach().to("cpu", torch.float64).numpy(), float(scheduler.config.shift)
+
+
+def read_run_record(folder: Path) -> dict:
+    """``folder/run.json`` as a ``recast.run/1`` record; BadInput for anything else (e.g. a stray run.json)."""
+    import json
+
+    path = folder / "run.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise BadInput(f"{path} is not a recast.run/1 record (not JSON)") from None
+    if not isinstance(record, dict) or record.get("schema") != RUN_SCHEMA or not isinstance(record.get("config"), dict):
+        raise BadInput(f"{path} is not a recast.run/1 record (schema {record.get('schema') if isinstance(record, dict) else None!r}); "
+                       "choose another --out")
+    return record
+
+
+class RunLock:
+    """An exclusive advisory lock on a run folder (flock on the folder itself), held while training.
+
+    A second ``recast train`` on the same folder gets one line and exit 2 instead of mixing
+    its checkpoints and metrics into the first one's. Released when the process exits.
+    """
+
+    def __init__(self, folder: Path):
+        import fcntl
+
+        self.fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = None
+            raise BadInput(f"{folder} is being written by another recast train (it holds the folder's lock); "
+                           "wait for it to finish or choose another --out") from None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __del__(self) -> None:
+        self.release()
 
 
 def _check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str, where: Path) -> None:
@@ -295,12 +349,27 @@ class Trainer:
         self.ema = {n: p.detach().clone() for n, p in self.params.named} if cfg.ema_decay > 0 else None
         self.step = 0
         self.run = plan.run
-        self.metrics = MetricsLog(self.run, self.config_record(), tensorboard=tensorboard) if self.rank == 0 else None
-        if plan.resume_from is not None:
-            self._restore(plan.resume_from)
-        elif self.rank == 0:
-            self._start_run()
+        self.metrics = None
+        self.lock = None
+        try:
+            if self.rank == 0:
+                if self.run.is_dir() and (self.run / "run.json").is_file():  # resume, or restart a run that never saved
+                    self.lock = RunLock(self.run)
+                if plan.resume_from is None:
+                    self._start_run()
+                self.metrics = MetricsLog(self.run, self.config_record(), tensorboard=tensorboard)
+            if plan.resume_from is not None:
+                self._restore(plan.resume_from)
+        except BaseException:
+            self.close()
+            raise
         self.acc.wait_for_everyone()
+
+    def close(self) -> None:
+        """Release the run folder (its lock); the trainer writes nothing after this."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # ------------------------------------------------------------------ run folder
 
@@ -318,15 +387,37 @@ class Trainer:
                 "engine": self.engine}
 
     def _start_run(self) -> None:
-        from recast_cli.artifacts import Provenance, write_weights
+        """Write weights.safetensors, config.toml and run.json. A new run folder appears whole: the
+        files are written into a temporary sibling that is renamed into place (onto a missing or
+        empty --out), so a folder either holds run.json or does not exist; a second process
+        starting the same --out loses the rename and stops with one line."""
+        import shutil
 
         run = self.run
-        run.mkdir(parents=True, exist_ok=True)
+        if self.lock is not None:  # restarting a run of this configuration that never saved a checkpoint
+            self._write_start(run)
+            return
+        run.parent.mkdir(parents=True, exist_ok=True)
+        staging = run.parent / f".{run.name}.starting-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        self._write_start(staging)
+        try:
+            os.rename(staging, run)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise BadInput(f"{run} was started by another process meanwhile; choose another --out") from None
+        self.lock = RunLock(run)
+
+    def _write_start(self, run: Path) -> None:
+        from recast_cli.artifacts import Provenance, write_weights
+
         sources = [self.plan.setting.file] + ([self.plan.weights_source] if self.plan.weights_source != "static" else [])
         write_weights(run / "weights.safetensors", self.plan.weights,
                       config={"copied_from": self.plan.weights_source}, sources=sources)
         atomic_write_bytes(run / "config.toml", self.cfg.to_toml().encode())
-        record = Provenance.new(RUN_SCHEMA, self.config_record(), sources).to_metadata()
+        record = Provenance.new(RUN_SCHEMA, {**self.config_record(), "run_key": self.cfg.run_key()},
+                                sources).to_metadata()
         record.update({"rewards": list(self.cfg.rewards), "lambda": list(self.cfg.lam),
                        "mode": self.plan.weights.mode, "sigmas": [float(s) for s in self.plan.weights.sigmas]})
         import json
@@ -523,7 +614,18 @@ class Trainer:
         return {"per_reward": per_reward, "scalars": scalars, "step_adv_abs": full_t.abs().mean(dim=0).tolist()}
 
     def train(self, max_steps: int | None = None) -> int:
-        """Iterate to ``max_steps`` (the config's by default), saving every ``save_every`` steps."""
+        """Iterate to ``max_steps`` (the config's by default), saving every ``save_every`` steps.
+
+        The run folder's lock is held while training and released when this returns.
+        """
+        if self.rank == 0 and self.lock is None:
+            self.lock = RunLock(self.run)
+        try:
+            return self._train(max_steps)
+        finally:
+            self.close()
+
+    def _train(self, max_steps: int | None) -> int:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         goal = self.cfg.max_steps if max_steps is None else max_steps

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -233,6 +234,63 @@ def test_an_existing_run_without_resume_is_refused(train_setting, static_run):
     before = snapshot(static_run)
     assert_bad(train(train_setting, "static", static_run), "--resume")
     assert snapshot(static_run) == before
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("empty", "--resume: {out} holds no recast run (no run.json)"),
+    ("unrelated", "--resume: {out} holds no recast run (no run.json)"),
+    ("fake run.json", "is not a recast.run/1 record"),
+])
+def test_resume_refuses_a_folder_that_is_not_a_run(train_setting, tmp_path, case, needle):
+    out = tmp_path / "out"
+    out.mkdir()
+    if case == "unrelated":
+        (out / "notes.txt").write_text("mine")
+    if case == "fake run.json":
+        (out / "run.json").write_text('{"schema": "something/else", "config": {}}')
+    before = snapshot(out)
+    assert_bad(train(train_setting, "static", out, "--resume"), needle.format(out=out))
+    assert snapshot(out) == before
+
+
+def test_a_new_run_needs_a_new_or_empty_folder(train_setting, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert_bad(train(train_setting, "static", out), "is not empty and holds no recast run")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run_ok("train", "--setting", train_setting, "--weights", "static", "--out", empty, "--device", "cpu", "--quiet",
+           "--max-steps", "1")
+    assert (empty / "run.json").is_file() and not list(tmp_path.glob(".*.starting-*"))
+
+
+def test_one_writer_per_run_folder(train_setting, static_run, tmp_path):
+    from recast_cli.train.trainer import RunLock
+
+    run = _copy_run(static_run, tmp_path / "run")
+    before = snapshot(run)
+    held = RunLock(run)  # another recast train holds the run
+    try:
+        assert_bad(train(train_setting, "static", run, "--resume", "--max-steps", "6"),
+                   "is being written by another recast train")
+        assert snapshot(run) == before
+    finally:
+        held.release()
+    train(train_setting, "static", run, "--resume", "--max-steps", "5")  # released: it resumes
+    assert [s for s, _ in ckpt.list_checkpoints(run)][-1] == 5
+
+
+def test_a_run_killed_before_its_first_checkpoint_restarts_only_for_the_same_configuration(train_setting, tmp_path):
+    run = tmp_path / "run"
+    run_ok("train", "--setting", train_setting, "--weights", "static", "--out", run, "--device", "cpu", "--quiet",
+           "--max-steps", "1")
+    shutil.rmtree(run / "checkpoints")  # as if killed before the first save
+    assert_bad(train(train_setting, "static", run, "--resume", "--lr", "0.5"), "holds the start of another run")
+    result = train(train_setting, "static", run, "--resume", "--max-steps", "1")
+    assert result.exit_code == 0, result.stderr
+    assert [s for s, _ in ckpt.list_checkpoints(run)] == [1]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -241,7 +242,26 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
     for folder in (images_dir(out), parts_dir(out)):
         if folder.exists() and not folder.is_dir():
             raise BadInput(f"cannot write {folder}: it is a file")
+    check_images_folder(images_dir(out))
     return Plan(target, cfg, prompts, rewards, lam, options, out, device)
+
+
+#: The files ``recast evaluate`` writes under OUT.images/: PPPPP/KKK.png.
+IMAGE_FILE = re.compile(r"\d{5}/\d{3}\.png")
+
+
+def check_images_folder(folder: Path) -> None:
+    """An existing OUT.images/ is replaced by a finished evaluation: BadInput unless every file in it
+    is one recast evaluate writes (PPPPP/KKK.png), so nothing recast did not write is deleted."""
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_dir() and re.fullmatch(r"\d{5}", rel):
+            continue
+        if not (path.is_file() and IMAGE_FILE.fullmatch(rel)):
+            raise BadInput(f"{folder} holds {rel}, which recast evaluate did not write; it would be replaced: "
+                           "choose another --out or clear it yourself")
 
 
 def _label(name: str) -> str:
@@ -425,6 +445,7 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
     final = images_dir(plan.out)
     if staged.is_dir():  # a rerun after a crash past this point finds the images already moved
         if final.exists():
+            check_images_folder(final)  # again: files may have been added while the evaluation ran
             shutil.rmtree(final)
         os.replace(staged, final)
     write_eval(plan.out, table, config=_config(plan, world), sources=_sources(plan, world))

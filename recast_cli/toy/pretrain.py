@@ -213,9 +213,38 @@ def _train_transformer(pipe, cfg: PretrainConfig, work: Path) -> list[float]:
     return losses
 
 
+#: What a model folder written by ``recast toy pretrain`` holds (diffusers' layout + the provenance).
+MODEL_ENTRIES = {"PROVENANCE.json", "model_index.json", "scheduler", "text_encoder", "text_encoder_2", "tokenizer",
+                 "tokenizer_2", "transformer", "vae"}
+
+
+def check_replaceable(out: Path) -> None:
+    """BadInput unless ``out`` is missing, empty, or a model folder this command wrote (its
+    PROVENANCE.json names ``recast toy pretrain`` and it holds nothing else): only that is replaced."""
+    from recast_cli.errors import BadInput
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise BadInput(f"--out {out} is a file; the model is written as a folder")
+    entries = {p.name for p in out.iterdir()}
+    if not entries:
+        return
+    try:
+        provenance = json.loads((out / "PROVENANCE.json").read_text())
+        ours = str(provenance.get("command", "")).startswith("recast toy pretrain")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        ours = False
+    if not ours or not entries <= MODEL_ENTRIES:
+        extra = sorted(entries - MODEL_ENTRIES) if ours else []
+        why = f"it also holds {', '.join(extra[:3])}" if extra else "it is not a model folder recast toy pretrain wrote"
+        raise BadInput(f"--out {out} would be replaced, but {why}; choose another --out or clear it yourself")
+
+
 def pretrain(out: str | Path, work: str | Path, cfg: PretrainConfig, command: str) -> dict:
     """Run (or resume) the whole pretraining and write the model folder; returns the provenance."""
     out, work = Path(out), Path(work)
+    check_replaceable(out)
     work.mkdir(parents=True, exist_ok=True)
     config_file = work / "config.json"
     # Batches are fixed by (seed, stage, index), so only the step counts may change on a resume:
@@ -250,6 +279,7 @@ def pretrain(out: str | Path, work: str | Path, cfg: PretrainConfig, command: st
     }
     (tmp / "model" / "PROVENANCE.json").write_text(json.dumps(provenance, indent=2) + "\n")
     out.parent.mkdir(parents=True, exist_ok=True)
+    check_replaceable(out)  # again: the folder may have changed during the hours of training
     if out.exists():
         shutil.rmtree(out)
     (tmp / "model").rename(out)

@@ -153,6 +153,34 @@ def check_writable(path: str | os.PathLike[str],
     return out
 
 
+class FolderLock:
+    """An exclusive advisory lock on a folder (flock on the folder itself): one writer per output.
+
+    A second process that wants the same folder gets one line (BadInput, exit 2) naming ``what``
+    holds it, before it writes anything. Released by ``release`` or when the process exits.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], what: str = "another recast process"):
+        import fcntl
+
+        self.fd: int | None = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = None
+            raise BadInput(f"{folder} is being written by {what} (it holds the folder's lock); wait for it to "
+                           "finish or choose another --out") from None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __del__(self) -> None:
+        self.release()
+
+
 def _same_file(a: Path, b: Path) -> bool:
     if a.exists() and b.exists():
         return os.path.samefile(a, b)

@@ -27,9 +27,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from safetensors.numpy import load_file, save_file
 
 from recast_cli.artifacts import (
+    FolderLock,
     GainTable,
     ScoreTable,
     Source,
+    atomic_write_bytes,
     check_writable,
     read_scores,
     write_gains,
@@ -247,6 +249,9 @@ def build_world(cfg: EstimateConfig) -> World:
     options = reward_options(setting)
     scorers = [build_scorer(r, **options.get(r, {})) for r in cfg.rewards]
 
+    if pos is not None:  # every positive a rollout will start from decodes at the policy's size, checked up front
+        _check_positive_images(pos, prompt_ids, reward_sets, cfg.N, policy)
+
     def positives(p: int) -> list[torch.Tensor]:
         if pos is None:
             from recast_cli.toy.renderer import render_batch
@@ -254,14 +259,12 @@ def build_world(cfg: EstimateConfig) -> World:
             seeds = [cfg.seed * 1_000_003 + prompt_ids[p] * 1000 + n for n in range(cfg.N)]
             images = render_batch([prompts[p]] * cfg.N, seeds, spec.resolution or 32)
         else:
-            from PIL import Image
-
             from recast_cli.rewards.base import as_float
 
             sets = []
             for reward in reward_sets:
                 chosen = pos.for_prompt(prompt_ids[p], reward)[: cfg.N]
-                images = torch.stack(as_float([Image.open(pos.root / s.image_path).convert("RGB") for s in chosen]))
+                images = torch.stack(as_float([_positive_image(pos.root / s.image_path, policy) for s in chosen]))
                 sets.append(policy.encode(images.to(policy.device)))
             return sets
         return [policy.encode(images.to(policy.device))]
@@ -335,6 +338,31 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
                  len(cfg.rewards) if cfg.sampling == "pplus" else 1)
 
 
+def _positive_image(path: Path, policy):
+    """One positive, RGB, through the header-checked reader; BadInput naming the file unless it
+    decodes at the policy's R x R."""
+    from recast_cli.images import max_pixels_for, read_image
+
+    size = getattr(policy, "resolution", None)
+    image = read_image(path, f"positive {path}", max_pixels_for(size)).convert("RGB")
+    if size is not None and image.size != (size, size):
+        raise BadInput(f"positive {path} is {image.size[0]} x {image.size[1]}, the policy samples {size} x {size} "
+                       "(recast sample-positive normalises to the setting's resolution)")
+    return image
+
+
+def _check_positive_images(pos, prompt_ids: Sequence[int], reward_sets: Sequence[str | None], N: int, policy) -> None:
+    """Decode every positive the run will use, once, before any rollout (see ``_positive_image``)."""
+    seen: set[Path] = set()
+    for pid in prompt_ids:
+        for reward in reward_sets:
+            for s in pos.for_prompt(pid, reward)[:N]:
+                path = pos.root / s.image_path
+                if path not in seen:
+                    seen.add(path)
+                    _positive_image(path, policy)
+
+
 def resolve_policy(text: str) -> tuple[str, Path | None]:
     """``--policy`` → (setting name or path, checkpoint folder or None).
 
@@ -406,6 +434,14 @@ class Processes:
             self.state.wait_for_everyone()
 
 
+def _marker_run_id(marker: Path) -> str | None:
+    try:
+        value = json.loads(marker.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value.get("run_id") if isinstance(value, dict) else None
+
+
 def processes() -> Processes:
     """Under ``accelerate launch`` (WORLD_SIZE > 1) every process takes its share of the prompts."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -436,11 +472,15 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     if "adapter_sha256" in world.policy_info:  # a run folder's latest checkpoint changes as it trains
         run_id = hashlib.sha256(f"{run_id}:{world.policy_info['adapter_sha256']}".encode()).hexdigest()[:16]
     marker = parts / "run.json"
+    lock = None
     if procs.rank == 0:
-        if marker.is_file() and json.loads(marker.read_text()).get("run_id") != run_id:
-            raise BadInput(f"{parts} holds partial results of another run; remove it or rerun with the same flags")
+        if marker.is_file() and _marker_run_id(marker) != run_id:
+            if any(parts.glob("prompt-*.safetensors")):
+                raise BadInput(f"{parts} holds partial results of another run; remove it or rerun with the same flags")
+            # a run that stopped before finishing any prompt (e.g. refused input) blocks nothing
         parts.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True))
+        lock = FolderLock(parts, "another recast estimate")
+        atomic_write_bytes(marker, json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True).encode())
     procs.wait()
     plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
                        batch_size=cfg.batch_size)
@@ -483,6 +523,8 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
                        rewards=tuple(cfg.rewards), scores=dense, meta=meta)
     write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
     shutil.rmtree(parts, ignore_errors=True)
+    if lock is not None:
+        lock.release()
     return read_scores(scores_path(out))
 
 

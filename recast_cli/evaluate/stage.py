@@ -32,6 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from recast_cli.artifacts import (
     MODES,
+    FolderLock,
     EvalImage,
     EvalTable,
     Source,
@@ -403,12 +404,13 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
             previous = json.loads(marker.read_text()).get("run_id")
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             previous = None
-        if previous != rid:
+        if previous != rid and any(parts.glob("chunk-*.json")):
             raise BadInput(f"{parts} holds partial results of another evaluation; remove it or rerun with the "
                            "same options")
-    else:
-        parts.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(marker, json.dumps({"run_id": rid, "out": str(plan.out)}, sort_keys=True).encode())
+    parts.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(parts, "another recast evaluate")  # one writer per output; released when this returns
+    # a marker of another evaluation that finished no chunk (it stopped on bad input) blocks nothing
+    atomic_write_bytes(marker, json.dumps({"run_id": rid, "out": str(plan.out)}, sort_keys=True).encode())
     images = evaluation_images(plan)
     size = plan.cfg.batch_size
     chunks = [images[i: i + size] for i in range(0, len(images), size)]
@@ -450,6 +452,7 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
         os.replace(staged, final)
     write_eval(plan.out, table, config=_config(plan, world), sources=_sources(plan, world))
     shutil.rmtree(parts, ignore_errors=True)
+    lock.release()
     return table
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -137,14 +137,15 @@ class IncompleteRun(Exception):
 # --------------------------------------------------------------------------- images and prompts
 
 
-def open_image(data: bytes | Path) -> Image.Image:
-    """A fully decoded image from bytes or a file; ValueError with the reason when it cannot be decoded."""
+def open_image(data: bytes | Path, max_pixels: int | None = None) -> Image.Image:
+    """A fully decoded image from bytes or a file, its header size checked first (``recast_cli.images``);
+    ValueError with the reason when it cannot be decoded or is too large."""
+    from recast_cli.images import read_image
+
     try:
-        with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
-            image.load()
-            return image.copy()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise ValueError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
+        return read_image(data, "", max_pixels)
+    except BadInput as exc:
+        raise ValueError(str(exc).split(": ", 1)[-1]) from None
 
 
 def normalise(image: Image.Image, size: int) -> Image.Image:

@@ -92,6 +92,10 @@ def serve_reward_command(
     opt: list[str] = typer.Option([], "--opt", help="OPTION=VALUE: any other scorer option (repeatable)."),
     device: str = typer.Option("cpu", help="Torch device for model scorers."),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Images per scoring batch inside the server."),
+    max_batch: int = typer.Option(64, "--max-batch", min=1, help="Most images one request may hold (the body "
+                                                                 "limit is derived from it)."),
+    max_pixels: int = typer.Option(1024 * 1024, "--max-pixels", min=1, help="Most pixels per image (checked from "
+                                                                            "the PNG header: HTTP 413)."),
 ) -> None:
     """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
     from recast_cli.rewards import remote, scoring
@@ -100,7 +104,8 @@ def serve_reward_command(
                                      [f"{name}.{item}" for item in opt], device, batch_size)
     scorer = scoring.build_scorers(options)[name]
     remote.serve(scorer, host, port, token or os.environ.get(remote.TOKEN_ENV) or None,
-                 announce=lambda line: out.print(line, highlight=False, soft_wrap=True))
+                 announce=lambda line: out.print(line, highlight=False, soft_wrap=True), max_batch=max_batch,
+                 max_pixels=max_pixels)
 
 
 def judge_command(

@@ -10,7 +10,11 @@ Protocol ``recast.reward/1`` (JSON over HTTP; images as base64 PNG; never pickle
   a wrong or missing token is HTTP 401. A request the scorer rejects (BadInput) is 400 with
   ``{"error": "one line"}``; an internal failure is 500 (and is retried by the client).
 
-The server binds 127.0.0.1 unless told otherwise and scores one request at a time.
+The server binds 127.0.0.1 unless told otherwise and scores one request at a time. Its limits
+are derived from the batch it accepts: at most ``max_batch`` images of at most ``max_pixels``
+pixels each (checked from each PNG's header before decoding: 413), a body of at most
+``body_limit(max_batch, max_pixels)`` bytes (413), at most ``readers`` bodies read at once (503
+when busy), and a socket timeout so an idle or slow connection does not hold a thread.
 """
 
 from __future__ import annotations
@@ -34,8 +38,18 @@ from recast_cli.rewards.transport import Endpoint, decode_png_base64, png_base64
 
 PROTOCOL = "recast.reward/1"
 TOKEN_ENV = "RECAST_REWARD_TOKEN"
-MAX_BODY_BYTES = 512 << 20
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MAX_BATCH = 64
+SERVER_MAX_PIXELS = 1024 * 1024
+SOCKET_TIMEOUT_S = 30.0
+READERS = 2
+
+
+def body_limit(max_batch: int = MAX_BATCH, max_pixels: int = SERVER_MAX_PIXELS) -> int:
+    """The largest request body a server with these limits can need: ``max_batch`` base64 PNGs of
+    ``max_pixels`` RGB pixels each (stored uncompressed in the worst case), plus the prompts."""
+    png = 3 * max_pixels + 1024 * (1 + max_pixels // (1 << 16))  # raw RGB + chunk and filter overhead
+    return max_batch * (4 * (png + 2) // 3 + 4096) + (1 << 16)
 
 
 def _range_to_json(bounds: tuple[float, float]) -> list[float | None]:
@@ -47,10 +61,16 @@ def _range_from_json(value: Any) -> tuple[float, float]:
     return (-math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
 
 
-def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> ThreadingHTTPServer:
+def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                max_batch: int = MAX_BATCH, max_pixels: int = SERVER_MAX_PIXELS, timeout: float = SOCKET_TIMEOUT_S,
+                readers: int = READERS) -> ThreadingHTTPServer:
     """A reward server for ``scorer`` bound to (host, port); port 0 picks a free one. Not started."""
+    from recast_cli.images import ImageTooLarge
+
     lock = threading.Lock()  # scorers hold one model each: score one request at a time
-    expected = f"Bearer {token}".encode() if token else None
+    reading = threading.BoundedSemaphore(readers)  # bodies in memory at once
+    expected = token.encode() if token else None
+    max_body = body_limit(max_batch, max_pixels)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -66,11 +86,15 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
             self.end_headers()
             self.wfile.write(body)
 
+        def setup(self) -> None:
+            self.timeout = timeout  # socket timeout: an idle or trickling client frees its thread
+            super().setup()
+
         def _authorised(self) -> bool:
             if expected is None:
                 return True
-            given = self.headers.get("Authorization", "").encode()
-            if hmac.compare_digest(given, expected):
+            scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected):
                 return True
             self.close_connection = True
             self._send(401, {"error": "wrong or missing token"})
@@ -96,12 +120,33 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError:
                 length = -1
-            if not 0 < length <= MAX_BODY_BYTES:
+            if not 0 < length <= max_body:
                 self.close_connection = True
-                self._send(413 if length else 411, {"error": f"body must be 1..{MAX_BODY_BYTES} bytes"})
+                self._send(413 if length else 411, {"error": f"body must be 1..{max_body} bytes "
+                                                             f"({max_batch} images of at most {max_pixels} pixels)"})
+                return
+            if not reading.acquire(timeout=timeout):
+                self.close_connection = True
+                self._send(503, {"error": "busy: too many requests being read; retry"})
                 return
             try:
-                images, prompts = _parse_score_request(self.rfile.read(length))
+                try:
+                    body = self.rfile.read(length)
+                except (TimeoutError, OSError):
+                    self.close_connection = True
+                    return
+                images, prompts = _parse_score_request(body, max_batch, max_pixels)
+                del body
+            except ImageTooLarge as exc:
+                self.close_connection = True
+                self._send(413, {"error": str(exc)})
+                return
+            except BadInput as exc:
+                self._send(400, {"error": str(exc)})
+                return
+            finally:
+                reading.release()
+            try:
                 with lock:
                     scores = scorer.score(images, prompts)
                     extras = scorer.extras()
@@ -119,7 +164,8 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
     return ThreadingHTTPServer((host, port), Handler)
 
 
-def _parse_score_request(body: bytes) -> tuple[list, list[str]]:
+def _parse_score_request(body: bytes, max_batch: int = MAX_BATCH,
+                         max_pixels: int = SERVER_MAX_PIXELS) -> tuple[list, list[str]]:
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -128,15 +174,20 @@ def _parse_score_request(body: bytes) -> tuple[list, list[str]]:
         raise BadInput('request must be {"prompts": [...], "images": [...]}')
     if not all(isinstance(p, str) for p in data["prompts"]):
         raise BadInput("every prompt must be a string")
-    return [decode_png_base64(x, "request") for x in data["images"]], data["prompts"]
+    if len(data["images"]) > max_batch:
+        raise BadInput(f"a request holds at most {max_batch} images, got {len(data['images'])}")
+    return [decode_png_base64(x, "request", max_pixels) for x in data["images"]], data["prompts"]
 
 
-def serve(scorer: Scorer, host: str, port: int, token: str | None, announce=print) -> None:
+def serve(scorer: Scorer, host: str, port: int, token: str | None, announce=print, max_batch: int = MAX_BATCH,
+          max_pixels: int = SERVER_MAX_PIXELS) -> None:
     """Serve ``scorer`` until interrupted. Without a token only a loopback host is allowed."""
     if token is None and host not in LOOPBACK:
         raise BadInput(f"serve-reward: binding {host} needs a token (--token or ${TOKEN_ENV})")
+    if max_batch < 1 or max_pixels < 1:
+        raise BadInput("serve-reward: --max-batch and --max-pixels must be >= 1")
     try:
-        server = make_server(scorer, host, port, token)
+        server = make_server(scorer, host, port, token, max_batch=max_batch, max_pixels=max_pixels)
     except OSError as exc:
         raise BadInput(f"serve-reward: cannot bind {host}:{port} ({exc.strerror or exc})") from None
     bound_host, bound_port = server.server_address[:2]

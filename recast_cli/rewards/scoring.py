@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from recast_cli.artifacts import Provenance, Source, atomic_write_bytes
 from recast_cli.errors import BadInput
@@ -81,14 +81,11 @@ def collect_images(items: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
 
 def load_image(path: Path) -> Image.Image:
-    """The decoded RGB image; BadInput naming the file when it cannot be decoded."""
-    try:
-        with Image.open(path) as image:
-            image.load()
-            return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        reason = "not an image" if isinstance(exc, UnidentifiedImageError) else type(exc).__name__
-        raise BadInput(f"{path}: cannot decode the image ({reason})") from None
+    """The decoded RGB image; BadInput naming the file when it cannot be decoded or its header
+    declares more pixels than the limit (``recast_cli.images``)."""
+    from recast_cli.images import read_image
+
+    return read_image(path).convert("RGB")
 
 
 def read_prompts(prompt: str | None, prompts_file: Path | None, count: int) -> list[str]:

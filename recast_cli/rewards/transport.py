@@ -87,14 +87,19 @@ def png_base64(image: Image.Image) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def decode_png_base64(text: Any, what: str) -> Image.Image:
-    """An RGB image from base64 PNG text; BadInput for anything else."""
+def decode_png_base64(text: Any, what: str, max_pixels: int | None = None) -> Image.Image:
+    """An RGB image from base64 PNG text; BadInput for anything else, ImageTooLarge (a BadInput)
+    when its header declares more than ``max_pixels`` pixels (checked before decoding)."""
+    from recast_cli.images import ImageTooLarge, read_image
+
     try:
         raw = base64.b64decode(text, validate=True)
-        image = Image.open(io.BytesIO(raw))
-        if image.format != "PNG":
-            raise ValueError("not a PNG")
-        image.load()
-    except (TypeError, ValueError, OSError, Image.DecompressionBombError):
+    except (TypeError, ValueError):
+        raise BadInput(f"{what}: an image is not base64-encoded PNG") from None
+    try:
+        image = read_image(raw, f"{what}: an image", max_pixels, formats=("PNG",))
+    except ImageTooLarge:
+        raise
+    except BadInput:
         raise BadInput(f"{what}: an image is not base64-encoded PNG") from None
     return image.convert("RGB")

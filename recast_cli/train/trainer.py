@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from accelerate.utils import DistributedType
 
-from recast_cli.artifacts import WeightMatrix, atomic_write_bytes, read_weights
+from recast_cli.artifacts import FolderLock, WeightMatrix, atomic_write_bytes, read_weights
 from recast_cli.errors import BadInput
 from recast_cli.policy.base import _splitmix64
 from recast_cli.prompts import load_prompts, prompt_stream
@@ -231,32 +231,12 @@ def read_run_record(folder: Path) -> dict:
     return record
 
 
-class RunLock:
-    """An exclusive advisory lock on a run folder (flock on the folder itself), held while training.
-
-    A second ``recast train`` on the same folder gets one line and exit 2 instead of mixing
-    its checkpoints and metrics into the first one's. Released when the process exits.
-    """
+class RunLock(FolderLock):
+    """The run folder's lock, held while training: a second ``recast train`` on the same folder
+    gets one line and exit 2 instead of mixing its checkpoints and metrics into the first one's."""
 
     def __init__(self, folder: Path):
-        import fcntl
-
-        self.fd = os.open(folder, os.O_RDONLY)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            self.fd = None
-            raise BadInput(f"{folder} is being written by another recast train (it holds the folder's lock); "
-                           "wait for it to finish or choose another --out") from None
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor drops the flock
-            self.fd = None
-
-    def __del__(self) -> None:
-        self.release()
+        super().__init__(folder, "another recast train")
 
 
 def _check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str, where: Path) -> None:

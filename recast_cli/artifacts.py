@@ -197,7 +197,8 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     out = check_writable(path)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        clean_stale_temps(out)
+        fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp")
     except OSError as exc:
         raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
     os.close(fd)
@@ -210,6 +211,44 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def clean_stale_temps(out: Path) -> list[Path]:
+    """Remove the temporary files of earlier writes of ``out`` whose writer is gone (killed).
+
+    Temporary names are ``.NAME.PID.XXXXXX.tmp``: a file whose PID is a live process is another
+    writer's and is kept; the rest (and the older ``.NAME.XXXXXX.tmp`` form) are removed.
+    """
+    removed = []
+    for tmp in out.parent.glob(f".{glob_escape(out.name)}.*.tmp"):
+        middle = tmp.name[len(out.name) + 2: -len(".tmp")]
+        pid_text = middle.split(".", 1)[0] if "." in middle else ""
+        if pid_text.isdigit() and _alive(int(pid_text)):
+            continue
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except OSError:
+            pass
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

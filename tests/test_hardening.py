@@ -193,3 +193,19 @@ def test_a_stale_marker_without_results_does_not_block_and_a_held_folder_does(po
     result = invoke(*args)
     assert result.exit_code == 0, result.stderr
     assert out.is_file() and not parts.exists()
+
+
+def test_the_temporary_files_of_killed_writes_of_an_output_are_cleaned(tmp_path):
+    import os
+
+    from tests.conftest import EXAMPLE
+
+    dead = next(pid for pid in range(4_000_000, 4_100_000) if not Path(f"/proc/{pid}").exists())
+    out = tmp_path / "W.safetensors"
+    stale = [tmp_path / f".W.safetensors.{dead}.a1b2c3.tmp", tmp_path / ".W.safetensors.x9y8z7.tmp"]
+    live = tmp_path / f".W.safetensors.{os.getpid()}.q1w2e3.tmp"  # a writer that is still running
+    other = tmp_path / f".other.safetensors.{dead}.a1b2c3.tmp"  # another output's: not ours to clean
+    for path in (*stale, live, other):
+        path.write_bytes(b"partial")
+    assert invoke("solve-w", "--gains", EXAMPLE, "--lambda", "1,1,1", "--out", out).exit_code == 0
+    assert out.is_file() and not any(p.exists() for p in stale) and live.exists() and other.exists()

@@ -375,6 +375,7 @@ class Trainer:
 
         run = self.run
         if self.lock is not None:  # restarting a run of this configuration that never saved a checkpoint
+            ckpt.clean_partial(run)  # a save killed mid-way left its temporary folder
             self._write_start(run)
             return
         run.parent.mkdir(parents=True, exist_ok=True)

@@ -27,8 +27,19 @@ out = Console()
 err = Console(stderr=True)
 
 
+#: ``recast --help`` lists the commands in the order of the pipeline, then the tools.
+COMMAND_ORDER = ("sample-positive", "estimate", "merge", "compare-gains", "solve-w", "train", "evaluate", "report",
+                 "study-makefile", "check-setting", "inspect", "plot", "sample", "score", "serve-reward", "judge",
+                 "toy")
+
+
 class RecastGroup(TyperGroup):
     """Turns every user error, Click's and ours, into one line on stderr and exit code 2."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -66,6 +77,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts name tables as [study]: shown as written, not read as markup
 )
 
 
@@ -191,12 +203,13 @@ def estimate_command(
 def merge_command(
     shards: list[Path] = typer.Argument(..., help="Scores tables of the shards of one run (OUT.scores.parquet)."),
     out_path: Path = typer.Option(..., "--out", help="Gain table to write; merged scores go to OUT.scores.parquet."),
-    alpha: str = typer.Option("2"),
-    beta: Optional[float] = typer.Option(None),
-    standardise: Optional[bool] = typer.Option(None, "--standardise/--raw"),
-    monotone: str = typer.Option("isotonic"),
-    bootstrap: int = typer.Option(200),
-    jackknife: bool = typer.Option(False),
+    alpha: str = typer.Option("2", help="Rényi order(s) α, comma-separated (several: OUT-alpha{α}.parquet each)."),
+    beta: Optional[float] = typer.Option(None, help="Tilt temperature β (default 1; 0.5 in the analytic world)."),
+    standardise: Optional[bool] = typer.Option(None, "--standardise/--raw",
+                                               help="Divide each reward by its std under π^old (default: on)."),
+    monotone: str = typer.Option("isotonic", help="Make the gains non-negative: isotonic (PAVA) or clip."),
+    bootstrap: int = typer.Option(200, help="Bootstrap resamples over prompts for the intervals (0: none)."),
+    jackknife: bool = typer.Option(False, help="Delete-one-k jackknife against finite-K bias (α ≠ 2)."),
 ) -> None:
     """Merge the scores of a sharded run and compute its gain tables (equal to an unsharded run)."""
     from recast_cli.artifacts import Source, check_writable, read_scores, write_scores
@@ -250,7 +263,7 @@ def plot_command(
     weights: Optional[Path] = typer.Option(None, "--weights", help="Weight matrix (recast.weights/1)."),
     d_curves: bool = typer.Option(False, "--d-curves", help="Plot the D curves with bootstrap bands instead."),
 ) -> None:
-    """Write the paper's Fig. 1: per-step gains, mean-normalised gains and W (t/T from clean to noisy)."""
+    """Write Figure 1 of the paper: per-step gains, mean-normalised gains and W (t/T from clean to noisy)."""
     from recast_cli.artifacts import check_writable, read_gains, read_weights
 
     if gains is None and weights is None:
@@ -302,7 +315,8 @@ def sample_command(
     out.print(f"wrote {len(paths)} images to {out_dir}")
 
 
-toy_app = typer.Typer(help="The toy world: pretraining its tiny SD3-architecture model.", no_args_is_help=True)
+toy_app = typer.Typer(help="The toy world: pretraining its tiny SD3-architecture model.", no_args_is_help=True,
+                      rich_markup_mode=None)
 app.add_typer(toy_app, name="toy")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.interpolate import PchipInterpolator
 
 DEFAULT_TAU = 1.0
 DEFAULT_FLOOR = 1e-3
@@ -33,6 +32,8 @@ def resample_gains(sigmas: np.ndarray, gain: np.ndarray, new_sigmas: np.ndarray)
     non-negative and, when both grids span [0, σ_T], keep each reward's total D_0.
     Levels noisier than σ_T keep D = 0 (nothing is discriminable past the anchor).
     """
+    from scipy.interpolate import PchipInterpolator  # imported here: `recast --help` does not need scipy
+
     sigmas = np.asarray(sigmas, dtype=np.float64)
     new_sigmas = np.asarray(new_sigmas, dtype=np.float64)
     gain = np.asarray(gain, dtype=np.float64)

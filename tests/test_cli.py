@@ -255,3 +255,19 @@ def test_an_output_that_is_also_an_input_is_refused_and_the_input_kept(gains_pat
         assert_one_line_exit_2(recast(*args), "it is also an input of this command")
     assert hashlib.sha256(gains.read_bytes()).hexdigest() == before
     assert read_weights(W).mode == "recast"
+
+
+def test_help_lists_the_pipeline_in_order_shows_brackets_and_imports_no_torch():
+    result = recast("--help")
+    assert result.exit_code == 0
+    listed = [line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()]
+    assert listed[:8] == ["sample-positive", "estimate", "merge", "compare-gains", "solve-w", "train", "evaluate",
+                          "report"]
+    assert "[study]" in result.stdout  # help texts are not read as rich markup
+    assert "setting's [evaluate] judges" in " ".join(recast("evaluate", "--help").stdout.split())
+    merge = " ".join(recast("merge", "--help").stdout.split())
+    assert "Rényi order" in merge and "isotonic (PAVA) or clip" in merge
+    probe = subprocess.run([sys.executable, "-c", "import sys, recast_cli.cli; "
+                            "print(sorted(m for m in ('torch', 'scipy', 'diffusers', 'PIL') if m in sys.modules))"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "[]"  # `recast --help` / `--version` pay for no heavy stack

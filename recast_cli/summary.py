@@ -636,7 +636,8 @@ def _metrics_facts(m: dict[str, Any], facts: Table) -> Table | None:
     if not steps["count"]:
         facts.add_row("steps", "none yet")
         return None
-    facts.add_row("steps", f"{steps['first']}..{steps['last']} ({steps['count']} steps)")
+    facts.add_row("steps", f"{steps['first']} (1 step)" if steps["count"] == 1 else
+                  f"{steps['first']}..{steps['last']} ({steps['count']} steps)")
     facts.add_row("aggregate", f"Σλ·r {_num(m['aggregate']['first'])} → {_num(m['aggregate']['last'])}")
     last = m["last_step"]
     facts.add_row("last step", f"loss {_num(last['loss'])}, kl {_num(last['kl'])}, "

@@ -68,9 +68,11 @@ def _train(trainer, plan, cfg, out_dir) -> None:
         k = min(-(-len(plan.prompts) // cfg.prompts_per_step), max(len(steps) // 2, 1))
         head, tail = steps[:k], steps[-k:]
         mean = lambda s: sum(rows[i] for i in s) / len(s)  # noqa: E731
-        out.print(f"trained steps {start + 1}..{trainer.step} ({plan.weights.mode} W) → {out_dir}; aggregate reward "
-                  f"Σλ·r, mean over steps {head[0]}-{head[-1]}: {mean(head):.4f}, steps {tail[0]}-{tail[-1]}: "
-                  f"{mean(tail):.4f}")
+        span = lambda s: f"step {s[0]}" if len(s) == 1 else f"steps {s[0]}-{s[-1]}"  # noqa: E731
+        what = (f"{span(head)}: {mean(head):.4f}" if head == tail else
+                f"mean over {span(head)}: {mean(head):.4f}, {span(tail)}: {mean(tail):.4f}")
+        trained = f"step {trainer.step}" if trainer.step == start + 1 else f"steps {start + 1}..{trainer.step}"
+        out.print(f"trained {trained} ({plan.weights.mode} W) → {out_dir}; aggregate reward Σλ·r, {what}")
 
 
 def register(app: typer.Typer) -> None:

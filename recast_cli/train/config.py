@@ -200,7 +200,7 @@ def check_config(cfg: TrainConfig) -> None:
     if cfg.group_size < 2:
         raise BadInput(f"group size G must be at least 2 (advantages are relative to the group), got {cfg.group_size}")
     checks = [
-        (cfg.max_steps >= 0, "max_steps must be >= 0"),
+        (cfg.max_steps >= 1, "max_steps must be >= 1 (a run of no step writes nothing)"),
         (cfg.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
         (cfg.micro_batch >= 1 and cfg.sample_batch >= 1, "micro_batch and sample_batch must be >= 1"),
         (cfg.updates_per_step >= 1, "updates_per_step must be >= 1"),

@@ -295,7 +295,17 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_only_for_the_same_con
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001"]
 
 
+def test_one_step_reads_as_one_step(train_setting, tmp_path):
+    result = run_ok("train", "--setting", train_setting, "--weights", "static", "--out", tmp_path / "run",
+                    "--device", "cpu", "--quiet", "--max-steps", "1")
+    line = " ".join(result.stdout.split())
+    assert "trained step 1 (static W)" in line and "aggregate reward Σλ·r, step 1: " in line and "1-1" not in line
+    shown = run_ok("inspect", tmp_path / "run" / "metrics.parquet").stdout
+    assert "1 (1 step)" in shown and "(1 steps)" not in shown
+
+
 @pytest.mark.parametrize("args, needle", [
+    (("--max-steps", "0"), "max_steps must be >= 1"),
     (("--group-size", "1"), "group size G must be at least 2"),
     (("--set", "nosuchkey=1"), "nosuchkey"),
     (("--set", "learning_rate"), "KEY=VALUE"),

@@ -113,8 +113,9 @@ def solve_w_command(
     """Turn a gain table into the reward x step weight matrix W (E9-E12)."""
     from recast_cli.solve import solve_w
 
-    report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, floor=floor,
-                     skip_clean=skip_clean)
+    with err.status("solving W (Sinkhorn)", spinner="dots"):  # on stderr; a long solve (small τ) shows it works
+        report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift,
+                         floor=floor, skip_clean=skip_clean)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     w = report.weights
@@ -145,7 +146,8 @@ def estimate_command(
                                            "recast train run / checkpoint folder (its setting + LoRA)."),
     positives: Optional[Path] = typer.Option(None, help="recast.positives/1 folder (π⁺ surrogate images)."),
     prompts: Optional[Path] = typer.Option(None, help="Prompts file (π^old-sampling without positives)."),
-    alpha: str = typer.Option("2", help="Rényi order(s), e.g. 2 or 0.25,0.5,2,4 (one table per α)."),
+    alpha: str = typer.Option("2", help="Rényi order(s), e.g. 2 or 0.25,0.5,2,4: one table per α, "
+                                        "OUT-alpha{α}.parquet when several."),
     beta: Optional[float] = typer.Option(None, help="Tilt β of π⁺ ∝ π·exp(r̃/β) (default 1; gmm1d 0.5)."),
     standardise: Optional[bool] = typer.Option(None, "--standardise/--raw",
                                                help="Standardise rewards per prompt (default; gmm1d: raw)."),
@@ -165,7 +167,8 @@ def estimate_command(
     shard: Optional[str] = typer.Option(None, help="i/n: this process's share of prompts; merge with recast merge."),
     exact: bool = typer.Option(False, help="gmm1d only: write the exact curves in the same schema."),
     from_scores: Optional[Path] = typer.Option(None, help="Recompute gains from a recast.scores/1 table "
-                                                          "(no rollouts)."),
+                                                          "(no rollouts). With several --alpha values each table "
+                                                          "goes to OUT-alpha{α}.parquet."),
 ) -> None:
     """Stage 1: Rényi gain curves per reward and step (E3-E8) to Parquet."""
     from recast_cli.estimate import stage

@@ -92,7 +92,8 @@ def test_a_killed_run_resumes_to_the_identical_table(single, tmp_path, monkeypat
     assert runner.invoke(app, [*BASE, "--out", str(out)]).exit_code != 0
     assert not out.exists() and len(list((tmp_path / "g.parquet.parts").glob("prompt-*.safetensors"))) == 2
     monkeypatch.setattr("recast_cli.estimate.stage.prompt_scores", real)
-    run(*BASE, "--out", out)
+    resumed = run(*BASE, "--out", out)
+    assert "resuming: 2 of 4 prompts already done" in resumed.stderr
     np.testing.assert_array_equal(read_gains(out).D, read_gains(single).D)
     assert not (tmp_path / "g.parquet.parts").exists()
 
@@ -178,3 +179,13 @@ def test_inspect_reads_scores_tables_and_positives_folders(single, tmp_path):
     summary = _json.loads(runner.invoke(app, ["inspect", str(tmp_path / "pos"), "--json"]).stdout)
     assert summary["kind"] == "positives" and summary["prompts"] == 24 and summary["images"] == 24
     assert summary["sources"] == ["renderer"] and summary["reward_sets"] == []
+
+
+
+def test_exact_reports_its_progress_on_stderr_not_stdout(tmp_path):
+    result = runner.invoke(app, ["estimate", "--policy", "gmm1d", "--rewards", "coarse", "--exact", "--steps", "5",
+                                 "--out", str(tmp_path / "e.parquet")])
+    assert result.exit_code == 0 and "wrote" in result.stdout and "exact D" not in result.stdout
+    bad = runner.invoke(app, ["estimate", "--policy", "gmm1d", "--rewards", "nope", "--exact", "--out",
+                              str(tmp_path / "x.parquet")])
+    assert bad.exit_code == 2 and "gmm1d has no reward 'nope'" in bad.stderr and not (tmp_path / "x.parquet").exists()

@@ -434,6 +434,12 @@ class Processes:
             self.state.wait_for_everyone()
 
 
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def _marker_run_id(marker: Path) -> str | None:
     try:
         value = json.loads(marker.read_text())
@@ -491,7 +497,12 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
 
     columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
-    with Progress(*columns, disable=quiet or procs.rank > 0) as progress:
+    done = sum(part_of(j).is_file() for j in mine)
+    if done and procs.rank == 0 and not quiet:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"resuming: {done} of {len(mine)} prompts already done in {parts}", highlight=False)
+    with Progress(*columns, console=_stderr(), disable=quiet or procs.rank > 0) as progress:
         task = progress.add_task("rollouts", total=per_prompt * len(mine), rate=0.0)
         for j in mine:
             if part_of(j).is_file():
@@ -606,14 +617,28 @@ def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainT
     """``--exact`` on gmm1d: the exact D curves in the gain-table schema, one table per α."""
     from recast_cli.policy.gmm1d import exact_gain_table
 
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from recast_cli.policy.gmm1d import check_reward
+
     if cfg.policy != "gmm1d":
         raise BadInput("--exact is only defined for --policy gmm1d")
+    for reward in cfg.rewards:
+        check_reward(reward)
+    paths = output_paths(out, opts.alphas)
+    for path in paths:
+        check_writable(path)
     tables = []
-    for alpha, path in zip(opts.alphas, output_paths(out, opts.alphas)):
-        table = exact_gain_table(tuple(cfg.rewards), alpha=alpha, steps=cfg.steps,
-                                 beta=opts.beta if opts.beta is not None else 0.5)
-        write_gains(path, table, config={"world": "gmm1d", "exact": True, "alpha": alpha})
-        tables.append(table)
+    columns = [TextColumn("exact D"), BarColumn(), MofNCompleteColumn(), TextColumn("levels"), TimeRemainingColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("exact", total=len(opts.alphas) * len(cfg.rewards) * (cfg.steps + 1))
+        for alpha, path in zip(opts.alphas, paths):
+            table = exact_gain_table(tuple(cfg.rewards), alpha=alpha, steps=cfg.steps,
+                                     beta=opts.beta if opts.beta is not None else 0.5,
+                                     advance=lambda: progress.advance(task))
+            write_gains(path, table, config={"world": "gmm1d", "exact": True, "alpha": alpha})
+            tables.append(table)
     return tables
 
 

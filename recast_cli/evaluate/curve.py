@@ -111,7 +111,9 @@ def evaluate_curve(plan: CurvePlan, quiet: bool = False) -> CurveTable:
     points = [(step, sampler) for step in plan.steps for sampler in plan.samplers]
     means, stds, loaded = [], [], []
     columns = [TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("points"), TimeRemainingColumn()]
-    with Progress(*columns, disable=quiet) as progress:
+    from rich.console import Console
+
+    with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
         task = progress.add_task("evaluate", total=len(points))
         for step in plan.steps:
             if step > 0:

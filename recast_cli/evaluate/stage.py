@@ -419,7 +419,9 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
         return parts / f"chunk-{c:06d}.json"
 
     columns = [TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("images"), TimeRemainingColumn()]
-    with Progress(*columns, disable=quiet) as progress:
+    from rich.console import Console
+
+    with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
         task = progress.add_task("evaluate", total=len(images))
         for c, chunk in enumerate(chunks):
             if chunk_file(c).is_file():

@@ -176,10 +176,20 @@ def exact_discriminability(reward: str, sigma: float, alpha: float, beta: float 
 
 
 def exact_gain_table(rewards: tuple[str, ...] = REWARDS, alpha: float = 2.0, steps: int = 25,
-                     beta: float = BETA) -> GainTable:
-    """The exact ``recast.gains/1`` table of the gmm1d world (E4, E5) on σ_t = t/T."""
+                     beta: float = BETA, advance=None) -> GainTable:
+    """The exact ``recast.gains/1`` table of the gmm1d world (E4, E5) on σ_t = t/T.
+
+    ``advance`` (optional) is called once per (reward, level) computed: a progress bar's hook.
+    """
     sigmas = GridSpec("linear").sigmas(steps)
-    D = np.array([[exact_discriminability(r, s, alpha, beta) for s in sigmas] for r in rewards])
+
+    def one(reward: str, sigma: float) -> float:
+        value = exact_discriminability(reward, sigma, alpha, beta)
+        if advance is not None:
+            advance()
+        return value
+
+    D = np.array([[one(r, s) for s in sigmas] for r in rewards])
     gain = D[:, :-1] - D[:, 1:]
     return GainTable(
         rewards=tuple(rewards),

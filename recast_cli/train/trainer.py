@@ -613,7 +613,9 @@ class Trainer:
         columns = [TextColumn("train"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("reward {task.fields[agg]:.4f}  loss {task.fields[loss]:+.2e}  "
                               "kl {task.fields[kl]:.2e}  {task.fields[ips]:.1f} img/s"), TimeRemainingColumn()]
-        with Progress(*columns, disable=self.quiet or self.rank > 0) as progress:
+        from rich.console import Console
+
+        with Progress(*columns, console=Console(stderr=True), disable=self.quiet or self.rank > 0) as progress:
             task = progress.add_task("train", total=goal, completed=min(self.step, goal), agg=math.nan,
                                      loss=0.0, kl=0.0, ips=0.0)
             while self.step < goal:

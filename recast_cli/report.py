@@ -60,14 +60,10 @@ Budget = tuple[float, ...]
 # --------------------------------------------------------------------------- inputs
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """One ``recast.eval/1`` table: what was evaluated (mode, λ, training seed) and its scores."""
+class Evaluated:
+    """What an evaluation table says it evaluated (its ``table.meta``): mode, λ and training seed."""
 
-    name: str
-    path: Path
-    table: EvalTable
-    sha256: str
+    table: Any
 
     @property
     def mode(self) -> str:
@@ -80,6 +76,16 @@ class Evaluation:
     @property
     def seed(self) -> int | None:
         return self.table.meta["train_seed"]
+
+
+@dataclass(frozen=True)
+class Evaluation(Evaluated):
+    """One ``recast.eval/1`` table: what was evaluated (mode, λ, training seed) and its scores."""
+
+    name: str
+    path: Path
+    table: EvalTable
+    sha256: str
 
     @property
     def step(self) -> int | None:

@@ -43,6 +43,7 @@ from recast_cli.report import (
     MODE_LABEL,
     REPORT_NAME,
     TRAINED,
+    Evaluated,
     Figure,
     Report,
     _render,
@@ -58,22 +59,12 @@ CONTRASTS = ("recast", "reversed", "nosink")
 
 
 @dataclass(frozen=True)
-class Curve:
+class Curve(Evaluated):
+    """One ``recast.curve/1`` table and what it evaluated (mode, λ, training seed)."""
+
     name: str
     table: CurveTable
     sha256: str
-
-    @property
-    def mode(self) -> str:
-        return self.table.meta["mode"]
-
-    @property
-    def budget(self) -> Budget:
-        return tuple(float(x) for x in self.table.meta["lambda"])
-
-    @property
-    def seed(self) -> int | None:
-        return self.table.meta["train_seed"]
 
 
 @dataclass

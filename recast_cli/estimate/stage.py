@@ -487,56 +487,59 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
         parts.mkdir(parents=True, exist_ok=True)
         lock = FolderLock(parts, "another recast estimate")
         atomic_write_bytes(marker, json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True).encode())
-    procs.wait()
-    plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
-                       batch_size=cfg.batch_size)
-    per_prompt = cfg.N * T * cfg.K * world.positive_sets
+    try:
+        procs.wait()
+        plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
+                           batch_size=cfg.batch_size)
+        per_prompt = cfg.N * T * cfg.K * world.positive_sets
 
-    def part_of(j: int) -> Path:
-        return parts / f"prompt-{world.prompt_ids[j]:06d}.safetensors"
+        def part_of(j: int) -> Path:
+            return parts / f"prompt-{world.prompt_ids[j]:06d}.safetensors"
 
-    columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
-    done = sum(part_of(j).is_file() for j in mine)
-    if done and procs.rank == 0 and not quiet:
-        from rich.console import Console
+        columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
+        done = sum(part_of(j).is_file() for j in mine)
+        if done and procs.rank == 0 and not quiet:
+            from rich.console import Console
 
-        Console(stderr=True).print(f"resuming: {done} of {len(mine)} prompts already done in {parts}", highlight=False)
-    with Progress(*columns, console=_stderr(), disable=quiet or procs.rank > 0) as progress:
-        task = progress.add_task("rollouts", total=per_prompt * len(mine), rate=0.0)
-        for j in mine:
-            if part_of(j).is_file():
-                progress.update(task, advance=per_prompt)
-                continue
-            scores = prompt_scores(world.policy, world.prompts[j], world.prompt_ids[j], world.scorers, plan,
-                                   cfg.sampling, positives=world.positives(j) if world.positives else None,
-                                   N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
-            tmp = part_of(j).with_suffix(".tmp")
-            save_file({"scores": np.ascontiguousarray(scores)}, tmp)
-            os.replace(tmp, part_of(j))
-            elapsed = progress.tasks[0].elapsed or 1e-9
-            progress.update(task, rate=progress.tasks[0].completed / elapsed)
-    procs.wait()
-    if procs.rank > 0:
-        return None
-    dense = (np.stack([load_file(part_of(j))["scores"] for j in wanted]) if wanted
-             else np.zeros((0, cfg.N, T + 1, cfg.K, len(cfg.rewards))))
-    sigmas = world.policy.sigmas.numpy().tolist()
-    meta = {
-        "run_id": run_id, "rewards": list(cfg.rewards), "T": T, "N": cfg.N, "K": cfg.K, "P": len(world.prompts),
-        "sigmas": sigmas, "sampling": cfg.sampling, "crn": cfg.crn, "rollout_noise": cfg.rollout_noise,
-        "guidance_scale": world.policy_info.get("guidance_scale"), "policy": world.policy_info,
-        "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
-        "grid": _grid_of(world), "gmm1d": world.is_gmm1d,
-    }
-    table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in wanted),
-                       prompts=tuple(world.prompts[j] for j in wanted),
-                       rewards=tuple(cfg.rewards), scores=dense, meta=meta)
-    write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
-    shutil.rmtree(parts, ignore_errors=True)
-    if lock is not None:
-        lock.release()
-    return read_scores(scores_path(out))
+            Console(stderr=True).print(f"resuming: {done} of {len(mine)} prompts already done in {parts}",
+                                   highlight=False)
+        with Progress(*columns, console=_stderr(), disable=quiet or procs.rank > 0) as progress:
+            task = progress.add_task("rollouts", total=per_prompt * len(mine), rate=0.0)
+            for j in mine:
+                if part_of(j).is_file():
+                    progress.update(task, advance=per_prompt)
+                    continue
+                scores = prompt_scores(world.policy, world.prompts[j], world.prompt_ids[j], world.scorers, plan,
+                                       cfg.sampling, positives=world.positives(j) if world.positives else None,
+                                       N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
+                tmp = part_of(j).with_suffix(".tmp")
+                save_file({"scores": np.ascontiguousarray(scores)}, tmp)
+                os.replace(tmp, part_of(j))
+                elapsed = progress.tasks[0].elapsed or 1e-9
+                progress.update(task, rate=progress.tasks[0].completed / elapsed)
+        procs.wait()
+        if procs.rank > 0:
+            return None
+        dense = (np.stack([load_file(part_of(j))["scores"] for j in wanted]) if wanted
+                 else np.zeros((0, cfg.N, T + 1, cfg.K, len(cfg.rewards))))
+        sigmas = world.policy.sigmas.numpy().tolist()
+        meta = {
+            "run_id": run_id, "rewards": list(cfg.rewards), "T": T, "N": cfg.N, "K": cfg.K, "P": len(world.prompts),
+            "sigmas": sigmas, "sampling": cfg.sampling, "crn": cfg.crn, "rollout_noise": cfg.rollout_noise,
+            "guidance_scale": world.policy_info.get("guidance_scale"), "policy": world.policy_info,
+            "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
+            "grid": _grid_of(world), "gmm1d": world.is_gmm1d,
+        }
+        table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in wanted),
+                           prompts=tuple(world.prompts[j] for j in wanted),
+                           rewards=tuple(cfg.rewards), scores=dense, meta=meta)
+        write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
+        shutil.rmtree(parts, ignore_errors=True)
+        return read_scores(scores_path(out))
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _grid_of(world: World) -> dict:

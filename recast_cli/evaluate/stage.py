@@ -411,50 +411,53 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
     lock = FolderLock(parts, "another recast evaluate")  # one writer per output; released when this returns
     # a marker of another evaluation that finished no chunk (it stopped on bad input) blocks nothing
     atomic_write_bytes(marker, json.dumps({"run_id": rid, "out": str(plan.out)}, sort_keys=True).encode())
-    images = evaluation_images(plan)
-    size = plan.cfg.batch_size
-    chunks = [images[i: i + size] for i in range(0, len(images), size)]
+    try:
+        images = evaluation_images(plan)
+        size = plan.cfg.batch_size
+        chunks = [images[i: i + size] for i in range(0, len(images), size)]
 
-    def chunk_file(c: int) -> Path:
-        return parts / f"chunk-{c:06d}.json"
+        def chunk_file(c: int) -> Path:
+            return parts / f"chunk-{c:06d}.json"
 
-    columns = [TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("images"), TimeRemainingColumn()]
-    from rich.console import Console
+        from rich.console import Console
 
-    with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
-        task = progress.add_task("evaluate", total=len(images))
-        for c, chunk in enumerate(chunks):
-            if chunk_file(c).is_file():
+        columns = [TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("images"),
+                   TimeRemainingColumn()]
+        with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
+            task = progress.add_task("evaluate", total=len(images))
+            for c, chunk in enumerate(chunks):
+                if chunk_file(c).is_file():
+                    progress.advance(task, len(chunk))
+                    continue
+                pictures = sample_chunk(world, chunk)
+                for im, picture in zip(chunk, pictures):
+                    path = staged / Path(im.image_path).relative_to(images_dir(plan.out).name)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    picture.save(path, format="PNG")
+                scores = score_chunk(plan, world, pictures, [im.prompt for im in chunk])
+                # written last: a chunk counts as done only with its images and every score on disk
+                atomic_write_bytes(chunk_file(c), json.dumps({"image_ids": [im.image_id for im in chunk],
+                                                              "scores": scores}).encode())
                 progress.advance(task, len(chunk))
-                continue
-            pictures = sample_chunk(world, chunk)
-            for im, picture in zip(chunk, pictures):
-                path = staged / Path(im.image_path).relative_to(images_dir(plan.out).name)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                picture.save(path, format="PNG")
-            scores = score_chunk(plan, world, pictures, [im.prompt for im in chunk])
-            # written last: a chunk counts as done only with its images and every score on disk
-            atomic_write_bytes(chunk_file(c), json.dumps({"image_ids": [im.image_id for im in chunk],
-                                                          "scores": scores}).encode())
-            progress.advance(task, len(chunk))
-    labels = [_label(name) for name, _ in plan.scorers]
-    rows = []
-    for c, chunk in enumerate(chunks):
-        done = json.loads(chunk_file(c).read_text())
-        if done["image_ids"] != [im.image_id for im in chunk]:
-            raise RuntimeError(f"{chunk_file(c)} holds other images than chunk {c}")
-        rows.extend(np.array([done["scores"][label] for label in labels], dtype=np.float64).T)
-    table = EvalTable(images=tuple(images), scorers=tuple(labels), kinds=tuple(k for _, k in plan.scorers),
-                      scores=np.stack(rows), meta=_metadata(plan, world, rid))
-    final = images_dir(plan.out)
-    if staged.is_dir():  # a rerun after a crash past this point finds the images already moved
-        if final.exists():
-            check_images_folder(final)  # again: files may have been added while the evaluation ran
-            shutil.rmtree(final)
-        os.replace(staged, final)
-    write_eval(plan.out, table, config=_config(plan, world), sources=_sources(plan, world))
-    shutil.rmtree(parts, ignore_errors=True)
-    lock.release()
+        labels = [_label(name) for name, _ in plan.scorers]
+        rows = []
+        for c, chunk in enumerate(chunks):
+            done = json.loads(chunk_file(c).read_text())
+            if done["image_ids"] != [im.image_id for im in chunk]:
+                raise RuntimeError(f"{chunk_file(c)} holds other images than chunk {c}")
+            rows.extend(np.array([done["scores"][label] for label in labels], dtype=np.float64).T)
+        table = EvalTable(images=tuple(images), scorers=tuple(labels), kinds=tuple(k for _, k in plan.scorers),
+                          scores=np.stack(rows), meta=_metadata(plan, world, rid))
+        final = images_dir(plan.out)
+        if staged.is_dir():  # a rerun after a crash past this point finds the images already moved
+            if final.exists():
+                check_images_folder(final)  # again: files may have been added while the evaluation ran
+                shutil.rmtree(final)
+            os.replace(staged, final)
+        write_eval(plan.out, table, config=_config(plan, world), sources=_sources(plan, world))
+        shutil.rmtree(parts, ignore_errors=True)
+    finally:
+        lock.release()
     return table
 
 

@@ -274,8 +274,18 @@ def test_partial_results_of_another_evaluation_are_refused_untouched(world, tmp_
     parts = stage.parts_dir(out)
     parts.mkdir()
     (parts / "run.json").write_text(json.dumps({"run_id": "0123456789abcdef"}))
+    (parts / "chunk-000000.json").write_text(json.dumps({"image_ids": [0], "scores": {}}))
     assert_bad(invoke("--setting", world["setting"], "--out", out), "partial results of another evaluation")
-    assert [p.name for p in parts.iterdir()] == ["run.json"] and not out.exists()
+    assert sorted(p.name for p in parts.iterdir()) == ["chunk-000000.json", "run.json"] and not out.exists()
+
+
+def test_the_marker_of_an_evaluation_that_finished_no_chunk_blocks_nothing(world, tmp_path):
+    out = tmp_path / "E.parquet"
+    parts = stage.parts_dir(out)
+    parts.mkdir()
+    (parts / "run.json").write_text(json.dumps({"run_id": "0123456789abcdef"}))  # it stopped before any chunk
+    run_ok("--setting", world["setting"], "--out", out)
+    assert out.is_file() and not parts.exists()
 
 
 def test_read_eval_rejects_a_foreign_file(world):

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from recast_cli import __version__
+from recast_cli import __version__, threads
 from recast_cli.errors import BadInput
 from recast_cli.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError
 
@@ -398,4 +398,8 @@ register_study_command(app)
 
 
 def main() -> None:
+    try:
+        threads.apply()  # before any command imports torch (recast_cli/threads.py has the rule)
+    except BadInput as exc:
+        sys.exit(_fail(f"recast: error: {exc}", 2))
     app()

@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_estimate
 	$(BIN)/python benchmarks/bench_rewards.py
 	$(BIN)/python -m benchmarks.bench_train
+	$(BIN)/python benchmarks/bench_threads.py --threads 1,2 --repeats 3
 
 # Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
 example: $(STAMP)
@@ -75,15 +76,19 @@ example: $(STAMP)
 # A setting's whole study (pipelines/$(SETTING).toml [study]): warmup → positives → estimate →
 # solve-w per budget × mode → train × seeds → evaluate → report, as a Make graph over the
 # artifact files in artifacts/$(SETTING)/ (an interrupted study resumes). JOBS runs that many
-# recipes at once; each gets one CPU thread unless OMP_NUM_THREADS says otherwise.
+# recipes at once; with JOBS > 1 each gets one CPU thread unless OMP_NUM_THREADS says otherwise
+# (processes that share the cores; a single process keeps torch's default, docs/benchmarks.md).
 SETTING ?= toy
 JOBS ?= 1
 STUDY := artifacts/$(SETTING)
+ifneq ($(JOBS),1)
+STUDY_THREADS := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
+endif
 all: $(STAMP)
 	mkdir -p $(STUDY)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all
+	$(STUDY_THREADS) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all
 
 clean:
 	rm -rf $(VENV) $(SIDE) $(DEMO) .pytest_cache

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from recast_cli.artifacts import atomic_write_bytes
@@ -39,7 +40,8 @@ def sample_images(policy: FlowPolicy, prompts: Sequence[str], n: int, out_dir: s
     out_dir = Path(out_dir)
     jobs = [(p, i) for p in prompts for i in range(n)]
     written = []
-    with Progress(TextColumn("sampling"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as progress:
+    with Progress(TextColumn("sampling"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True)) as progress:
         task = progress.add_task("sample", total=len(jobs))
         for start in range(0, len(jobs), batch):
             chunk = jobs[start : start + batch]

@@ -23,6 +23,7 @@ def test_sample_writes_n_pngs_per_prompt_reproducibly(setting, tmp_path):
             "--n", "2", "--device", "cpu"]
     first = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     assert first.exit_code == 0, first.stderr
+    assert first.stdout.split() == ["wrote", "4", "images", "to", str(tmp_path / "a")]  # the bar is on stderr
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert files == ["a-blue-square-on-a-black-background-0000.png", "a-blue-square-on-a-black-background-0001.png",
                      "a-red-circle-on-a-white-background-0000.png", "a-red-circle-on-a-white-background-0001.png"]

@@ -291,3 +291,19 @@ def test_the_marker_of_an_evaluation_that_finished_no_chunk_blocks_nothing(world
 def test_read_eval_rejects_a_foreign_file(world):
     with pytest.raises(BadInput, match="schema tag"):
         read_eval(world["run"] / "metrics.parquet")
+
+
+def test_one_writer_per_evaluation_output(world, tmp_path):
+    from recast_cli.artifacts import FolderLock
+
+    out = tmp_path / "E.parquet"
+    parts = stage.parts_dir(out)
+    parts.mkdir()
+    held = FolderLock(parts, "the test")
+    try:
+        assert_bad(invoke("--setting", world["setting"], "--out", out), "is being written by another recast evaluate")
+        assert not out.exists()
+    finally:
+        held.release()
+    run_ok("--setting", world["setting"], "--out", out)
+    assert out.is_file() and not parts.exists()

@@ -12,18 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from recast_cli.errors import BadInput
+from recast_cli.positives.sources import USAGE, parse_source
 
 out = Console()
 err = Console(stderr=True)
 
-SOURCES = "renderer | folder:DIR | diffusers:PATH | openai | gemini | self"
-#: the flags each source uses, recorded in the manifest's provenance config (keys are never flags)
-SOURCE_FLAGS = {
-    "self": ("rewards", "draws", "beta", "standardise", "noise_level", "steps", "cfg", "batch"),
-    "diffusers": ("steps", "cfg", "batch"),
-    "openai": ("model", "size", "quality", "concurrency", "retries", "timeout", "backoff"),
-    "gemini": ("model", "size", "concurrency", "retries", "timeout", "backoff"),
-}
+SOURCES = USAGE  # the --help line of --source, from the registry
 
 
 def sample_positive_command(
@@ -70,54 +64,17 @@ def sample_positive_command(
         raise BadInput("--retries and --backoff must be >= 0 and --timeout > 0")
     if seed < 0:
         raise BadInput(f"--seed must be >= 0, got {seed}")
-    kind, _, arg = source.partition(":")
-    if kind not in ("renderer", "folder", "diffusers", "openai", "gemini", "self") or (
-            bool(arg) != (kind in ("folder", "diffusers"))):
-        raise BadInput(f"unknown source {source!r}; known: {SOURCES}")
+    kind, arg = parse_source(source)
     spec_setting = _load_setting(setting)
     prompt_list, inputs = _prompts(spec_setting, prompts)
     size_r = _resolution(spec_setting, resolution)
-
-    if kind == "renderer":
-        from recast_cli.positives.renderer import RendererSource
-
-        src = RendererSource(size_r)
-    elif kind == "folder":
-        from recast_cli.positives.folder import FolderSource
-
-        src = FolderSource(arg)
-    elif kind == "diffusers":
-        from recast_cli.positives.pipeline import DiffusersSource
-
-        src = DiffusersSource(arg, steps=steps, guidance_scale=cfg, batch=batch, device=device)
-    elif kind in ("openai", "gemini"):
-        from recast_cli.positives.api import RetryPolicy
-
-        policy = RetryPolicy(retries=retries, timeout=timeout, backoff=backoff)
-        if kind == "openai":
-            from recast_cli.positives.openai_images import OpenAISource
-
-            src = OpenAISource(model=model, size=size, quality=quality, concurrency=concurrency, retry=policy)
-        else:
-            from recast_cli.positives.gemini_images import GeminiSource
-
-            src = GeminiSource(model=model, aspect_ratio=size, concurrency=concurrency, retry=policy)
-    else:
-        from recast_cli.positives.sir import SelfSource
-        from recast_cli.settings import reward_options
-
-        if spec_setting is None:
-            raise BadInput("--source self samples the setting's policy: give --setting")
-        names = [r.strip() for r in (rewards or _setting_rewards(spec_setting)).split(",") if r.strip()]
-        src = SelfSource(spec_setting.policy, names, draws=draws or 8 * n, n=n, beta=beta, standardise=standardise,
-                         noise_level=noise_level, steps=steps, guidance_scale=cfg, batch=batch, device=device,
-                         reward_options=reward_options(spec_setting))
     flags = {"rewards": rewards, "draws": draws, "beta": beta, "standardise": standardise, "noise_level": noise_level,
              "steps": steps, "cfg": cfg, "batch": batch, "model": model, "size": size, "quality": quality,
              "concurrency": concurrency, "retries": retries, "timeout": timeout, "backoff": backoff}
+    src = kind.build(arg, {**flags, "n": n, "device": device}, spec_setting, size_r)
     config = {"source": source, "n": n, "resolution": size_r, "seed": seed, "setting": setting,
               "prompts": str(prompts) if prompts else None,
-              "options": {k: flags[k] for k in SOURCE_FLAGS.get(kind, ())}}
+              "options": {k: flags[k] for k in kind.flags}}
     try:
         report = collect(src, prompt_list, n, out_dir, size_r, seed=seed, config=config, sources=inputs, console=err)
     except IncompleteRun as exc:
@@ -161,14 +118,6 @@ def _prompts(setting, prompts_file: Path | None) -> tuple[list[str], list[Path]]
         check_prompts(setting.policy, found)
         sources.append(setting.file)
     return found, sources
-
-
-def _setting_rewards(setting) -> str:
-    table = setting.raw.get("positives", {})
-    names = table.get("rewards") if isinstance(table, dict) else None
-    if not names:
-        raise BadInput("--source self needs --rewards (or [positives] rewards in the setting)")
-    return ",".join(names) if isinstance(names, list) else str(names)
 
 
 def _resolution(setting, resolution: int | None) -> int:

@@ -31,12 +31,12 @@ from recast_cli.artifacts import (
     Provenance,
     ScoreTable,
     WeightMatrix,
-    _decode_metadata,
-    _read_parquet,
     artifact_schema,
+    decode_metadata,
     read_curve,
     read_eval,
     read_gains,
+    read_parquet,
     read_positives,
     read_scores,
     read_weights,
@@ -130,7 +130,7 @@ def load_artifact(path: str | os.PathLike[str]) -> Artifact:
 
         return _parquet_artifact("image-scores", read_score_table(p), p)
     if tag == JUDGEMENTS_SCHEMA:
-        return _parquet_artifact("judgements", _read_parquet(p), p)
+        return _parquet_artifact("judgements", read_parquet(p), p)
     if tag == RUN_SCHEMA:
         return load_run(p)
     if tag == CHECKPOINT_SCHEMA:
@@ -139,7 +139,7 @@ def load_artifact(path: str | os.PathLike[str]) -> Artifact:
 
 
 def _parquet_artifact(kind: str, table: pa.Table, path: Path) -> ParquetArtifact:
-    return ParquetArtifact(kind, table, _decode_metadata(table.schema.metadata, str(path)), path)
+    return ParquetArtifact(kind, table, decode_metadata(table.schema.metadata, str(path)), path)
 
 
 def load_checkpoint(folder: Path) -> CheckpointFolder:

@@ -31,7 +31,9 @@ from recast_cli.artifacts.gains import (
 from recast_cli.artifacts.weights import (
     MARGINAL_TOL, MODES, WEIGHTS_SCHEMA, WeightMatrix, check_marginals, read_weights, validate_weights, write_weights,
 )
-from recast_cli.artifacts.scores import SCORES_SCHEMA, SCORE_COLUMNS, SCORE_RUN_KEYS, ScoreTable, read_scores, write_scores
+from recast_cli.artifacts.scores import (
+    SCORES_SCHEMA, SCORE_COLUMNS, SCORE_RUN_KEYS, ScoreTable, read_scores, write_scores,
+)
 from recast_cli.artifacts.positives import (
     MANIFEST_NAME, POSITIVES_SCHEMA, POSITIVE_COLUMNS, POSITIVE_REWARD_COLUMN, POSITIVE_SCALE_COLUMN, PositiveSample,
     Positives, read_positives, write_positives_manifest,

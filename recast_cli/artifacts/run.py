@@ -58,8 +58,8 @@ class RunRecord:
 class RunRecordError(BadInput):
     """A folder ``read_run`` refuses. ``problem`` names the first check that failed, so that a command
     can word it for its own flag: ``missing`` (no run.json file), ``json`` (unreadable, not JSON),
-    ``schema`` (not an object, or another tag: ``tag``), ``config`` (no config object),
-    ``setting`` (no config.setting), ``mode`` (no mode) or ``fields`` (anything else)."""
+    ``object`` (JSON, but not an object), ``schema`` (another tag: ``tag``), ``config`` (no config
+    object), ``setting`` (no config.setting), ``mode`` (no mode) or ``fields`` (anything else)."""
 
     def __init__(self, message: str, path: Path, problem: str, tag: Any = None):
         super().__init__(message)
@@ -101,7 +101,7 @@ def _parse_record(raw: Any, path: Path) -> RunRecord:
         raise RunRecordError(f"{path}: {message}", path, problem, tag)
 
     if tag != RUN_SCHEMA:
-        refuse(f"schema tag is {tag!r}, expected {RUN_SCHEMA!r}", "schema")
+        refuse(f"schema tag is {tag!r}, expected {RUN_SCHEMA!r}", "schema" if isinstance(raw, dict) else "object")
     if not isinstance(raw.get("config"), dict):
         refuse("'config' must be a JSON object", "config")
     if not isinstance(raw["config"].get("setting"), str):

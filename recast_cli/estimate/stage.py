@@ -390,7 +390,7 @@ def resolve_policy(text: str) -> tuple[str, Path | None]:
     try:
         setting = read_run(run).setting
     except RunRecordError as exc:
-        if exc.problem in ("json", "config", "setting"):
+        if exc.problem in ("json", "object", "config", "setting"):
             raise BadInput(f"{exc.path} names no setting (config.setting)") from None
         raise
     if not Path(setting).is_file():

@@ -124,7 +124,7 @@ def resolve_target(run: Path | None, setting: str | None, checkpoint: int | None
     except RunRecordError as exc:
         if exc.problem == "missing":
             raise BadInput(f"--run {run}: not a recast train run folder (no run.json)") from None
-        if exc.problem in ("json", "config", "setting", "mode"):
+        if exc.problem in ("json", "object", "config", "setting", "mode"):
             raise BadInput(f"{exc.path} is not a recast.run/1 record (no config.setting or mode)") from None
         raise
     if not Path(record.setting).is_file():

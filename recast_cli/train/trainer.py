@@ -231,7 +231,7 @@ def read_run_record(folder: Path) -> RunRecord:
     except RunRecordError as exc:
         if exc.problem in ("missing", "json"):
             raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (not JSON)") from None
-        if exc.problem in ("schema", "config"):
+        if exc.problem in ("object", "schema", "config"):
             raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (schema {exc.tag!r}); "
                            "choose another --out") from None
         raise

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,28 +19,23 @@ from rich.panel import Panel
 from rich.table import Table
 
 from recast_cli.artifacts import (
-    CURVE_SCHEMA,
-    EVAL_SCHEMA,
-    GAINS_SCHEMA,
-    POSITIVES_SCHEMA,
-    SCORES_SCHEMA,
-    WEIGHTS_SCHEMA,
+    CHECKPOINT_SCHEMA,
+    PROVENANCE_KEYS,
+    READERS,
+    RUN_SCHEMA,
     CurveTable,
     EvalTable,
     GainTable,
     Positives,
     Provenance,
+    RunRecord,
     ScoreTable,
     WeightMatrix,
-    _decode_metadata,
-    _read_parquet,
     artifact_schema,
-    read_curve,
-    read_eval,
-    read_gains,
-    read_positives,
-    read_scores,
-    read_weights,
+    decode_metadata,
+    list_checkpoints,
+    read_parquet,
+    read_run,
 )
 from recast_cli.errors import BadInput
 from recast_cli.sinkhorn import spill_share
@@ -59,14 +55,10 @@ def sparkline(values: np.ndarray, width: int = 30) -> str:
     return "".join(SPARK[int(round(v / top * (len(SPARK) - 1)))] for v in np.clip(values, 0, None))
 
 
-#: What ``recast inspect`` reads, by schema tag. The tags of modules that pull in torch or the
-#: scorers are spelled out (tests check them against their modules); the readers load lazily.
+#: Tags written outside ``recast_cli.artifacts`` by modules that load the scorers, spelled out here
+#: (tests check them against their modules); their readers load lazily.
 IMAGE_SCORES_SCHEMA = "recast.image-scores/1"  # rewards/scoring.py
 JUDGEMENTS_SCHEMA = "recast.judgements/1"  # rewards/judge.py
-RUN_SCHEMA = "recast.run/1"  # train/trainer.py
-CHECKPOINT_SCHEMA = "recast.checkpoint/1"  # train/checkpoint.py
-KNOWN_SCHEMAS = (GAINS_SCHEMA, WEIGHTS_SCHEMA, SCORES_SCHEMA, POSITIVES_SCHEMA, EVAL_SCHEMA, CURVE_SCHEMA,
-                 METRICS_SCHEMA, IMAGE_SCORES_SCHEMA, JUDGEMENTS_SCHEMA, RUN_SCHEMA, CHECKPOINT_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -96,7 +88,7 @@ class RunFolder:
     """A ``recast.run/1`` folder: run.json, its checkpoints (the latest verified), its metrics."""
 
     root: Path
-    record: dict[str, Any]
+    record: RunRecord
     steps: tuple[int, ...]
     latest: CheckpointFolder | None
     metrics: ParquetArtifact | None
@@ -106,40 +98,8 @@ Artifact = GainTable | WeightMatrix | ScoreTable | Positives | EvalTable | Curve
     RunFolder | CheckpointFolder
 
 
-def load_artifact(path: str | os.PathLike[str]) -> Artifact:
-    """Any artifact by its schema tag (Parquet metadata, safetensors header) or its folder's marker file."""
-    tag, p = artifact_schema(path)
-    if tag is None:
-        raise BadInput(f"{p}: no 'schema' tag in its metadata; not a recast artifact")
-    if tag == GAINS_SCHEMA:
-        return read_gains(p)
-    if tag == WEIGHTS_SCHEMA:
-        return read_weights(p)
-    if tag == SCORES_SCHEMA:
-        return read_scores(p)
-    if tag == POSITIVES_SCHEMA:
-        return read_positives(p if p.is_dir() else p.parent)
-    if tag == EVAL_SCHEMA:
-        return read_eval(p)
-    if tag == CURVE_SCHEMA:
-        return read_curve(p)
-    if tag == METRICS_SCHEMA:
-        return _parquet_artifact("metrics", read_metrics(p), p)
-    if tag == IMAGE_SCORES_SCHEMA:
-        from recast_cli.rewards.scoring import read_score_table
-
-        return _parquet_artifact("image-scores", read_score_table(p), p)
-    if tag == JUDGEMENTS_SCHEMA:
-        return _parquet_artifact("judgements", _read_parquet(p), p)
-    if tag == RUN_SCHEMA:
-        return load_run(p)
-    if tag == CHECKPOINT_SCHEMA:
-        return load_checkpoint(p)
-    raise BadInput(f"{p}: schema tag {tag!r} is not one recast inspect reads ({', '.join(KNOWN_SCHEMAS)})")
-
-
 def _parquet_artifact(kind: str, table: pa.Table, path: Path) -> ParquetArtifact:
-    return ParquetArtifact(kind, table, _decode_metadata(table.schema.metadata, str(path)), path)
+    return ParquetArtifact(kind, table, decode_metadata(table.schema.metadata, str(path)), path)
 
 
 def load_checkpoint(folder: Path) -> CheckpointFolder:
@@ -162,22 +122,48 @@ def load_checkpoint(folder: Path) -> CheckpointFolder:
 
 def load_run(folder: Path) -> RunFolder:
     """A run folder: its record, the complete checkpoints (the latest one verified) and the metrics if any."""
-    from recast_cli.train.checkpoint import list_checkpoints
-
-    where = folder / "run.json"
-    try:
-        record = json.loads(where.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise BadInput(f"{where}: not a JSON file") from None
-    if not isinstance(record, dict) or record.get("schema") != RUN_SCHEMA:
-        tag = record.get("schema") if isinstance(record, dict) else None
-        raise BadInput(f"{where}: schema tag is {tag!r}, expected {RUN_SCHEMA!r}")
+    record = read_run(folder)
     found = list_checkpoints(folder)
     latest = load_checkpoint(found[-1][1]) if found else None
     metrics_path = folder / "metrics.parquet"
-    metrics = _parquet_artifact("metrics", read_metrics(metrics_path), metrics_path) if metrics_path.is_file() \
-        else None
+    metrics = _load_metrics(metrics_path) if metrics_path.is_file() else None
     return RunFolder(folder, record, tuple(step for step, _ in found), latest, metrics)
+
+
+def _load_metrics(path: Path) -> ParquetArtifact:
+    return _parquet_artifact("metrics", read_metrics(path), path)
+
+
+def _load_image_scores(path: Path) -> ParquetArtifact:
+    from recast_cli.rewards.scoring import read_score_table
+
+    return _parquet_artifact("image-scores", read_score_table(path), path)
+
+
+def _load_judgements(path: Path) -> ParquetArtifact:
+    return _parquet_artifact("judgements", read_parquet(path), path)
+
+
+#: What ``recast inspect`` reads, by schema tag: the readers of ``recast_cli.artifacts`` (a run
+#: folder is shown whole: its record, checkpoints and metrics), then the tags written elsewhere.
+INSPECT_READERS: dict[str, Callable[[Path], Any]] = {
+    **{tag: reader for tag, reader in READERS.items() if tag != RUN_SCHEMA},
+    METRICS_SCHEMA: _load_metrics,
+    IMAGE_SCORES_SCHEMA: _load_image_scores,
+    JUDGEMENTS_SCHEMA: _load_judgements,
+    RUN_SCHEMA: load_run,
+    CHECKPOINT_SCHEMA: load_checkpoint,
+}
+
+
+def load_artifact(path: str | os.PathLike[str]) -> Artifact:
+    """Any artifact by its schema tag (Parquet metadata, safetensors header) or its folder's marker file."""
+    tag, p = artifact_schema(path)
+    if tag is None:
+        raise BadInput(f"{p}: no 'schema' tag in its metadata; not a recast artifact")
+    if tag not in INSPECT_READERS:
+        raise BadInput(f"{p}: schema tag {tag!r} is not one recast inspect reads ({', '.join(INSPECT_READERS)})")
+    return INSPECT_READERS[tag](p)
 
 
 def _json_object(path: Path) -> dict[str, Any]:
@@ -227,12 +213,9 @@ def summarise(artifact: Artifact) -> dict[str, Any]:
     return json_safe(summary)
 
 
-_PROVENANCE_KEYS = ("schema", "recast_version", "created_at", "config", "sources")
-
-
 def _meta_provenance(meta: dict[str, Any]) -> dict[str, Any]:
-    """The provenance keys an artifact's metadata (or run record) carries, as they are."""
-    return {k: meta[k] for k in _PROVENANCE_KEYS if k in meta}
+    """The provenance keys an artifact's metadata carries, as they are."""
+    return {k: meta[k] for k in PROVENANCE_KEYS if k in meta}
 
 
 def _stats(values: Any) -> dict[str, Any]:
@@ -383,19 +366,18 @@ def _summarise_checkpoint(c: CheckpointFolder) -> dict[str, Any]:
 
 def _summarise_run(r: RunFolder) -> dict[str, Any]:
     record = r.record
-    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    config = record.config
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
-    sigmas = record.get("sigmas")
     summary = {
-        **_meta_provenance(record),
+        **_provenance_json(record.provenance),
         "kind": "run",
         "setting": config.get("setting"),
-        "mode": record.get("mode"),
+        "mode": record.mode,
         "weights": config.get("weights"),
         "weights_key": config.get("weights_key"),
         "weights_file": "weights.safetensors" if (r.root / "weights.safetensors").is_file() else None,
-        "rewards": record.get("rewards"),
-        "lambda": record.get("lambda"),
+        "rewards": list(record.rewards),
+        "lambda": list(record.lam),
         "seed": train.get("seed"),
         "max_steps": train.get("max_steps"),
         "processes": config.get("processes"),
@@ -404,11 +386,11 @@ def _summarise_run(r: RunFolder) -> dict[str, Any]:
         "latest": _checkpoint_facts(r.latest) if r.latest is not None else None,
         "metrics": None,
     }
-    if isinstance(sigmas, list) and len(sigmas) > 1:
-        summary.update(T=len(sigmas) - 1, sigmas=sigmas)
+    if len(record.sigmas) > 1:
+        summary.update(T=len(record.sigmas) - 1, sigmas=list(record.sigmas))
     if r.metrics is not None:
         metrics = _summarise_metrics(r.metrics)
-        summary["metrics"] = {k: v for k, v in metrics.items() if k not in (*_PROVENANCE_KEYS, "kind")}
+        summary["metrics"] = {k: v for k, v in metrics.items() if k not in (*PROVENANCE_KEYS, "kind")}
     return summary
 
 

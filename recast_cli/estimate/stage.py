@@ -29,10 +29,12 @@ from safetensors.numpy import load_file, save_file
 from recast_cli.artifacts import (
     FolderLock,
     GainTable,
+    RunRecordError,
     ScoreTable,
     Source,
     atomic_write_bytes,
     check_writable,
+    read_run,
     read_scores,
     write_gains,
     write_scores,
@@ -386,9 +388,11 @@ def resolve_policy(text: str) -> tuple[str, Path | None]:
                        "checkpoints (RUN/checkpoints/step-N); a setting is a name or a .toml file")
     read_checkpoint(checkpoint)  # the manifest's sha256s: a corrupt or partial checkpoint is named here
     try:
-        setting = json.loads((run / "run.json").read_text())["config"]["setting"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        raise BadInput(f"{run / 'run.json'} names no setting (config.setting)") from None
+        setting = read_run(run).setting
+    except RunRecordError as exc:
+        if exc.problem in ("json", "object", "config", "setting"):
+            raise BadInput(f"{exc.path} names no setting (config.setting)") from None
+        raise
     if not Path(setting).is_file():
         raise BadInput(f"--policy {text}: the run's setting {setting} (from {run / 'run.json'}) is not there")
     return str(setting), checkpoint

@@ -87,9 +87,8 @@ def plan_curve(run: Path | None, setting: str | None, out: Path, checkpoints: st
             if missing:
                 raise BadInput(f"--run {target.run}: no checkpoint of step {missing[0]} "
                                f"(it has {', '.join(map(str, found))})")
-        record = target.run_record or {}
-        rewards = tuple(record.get("rewards", ()))
-        lam = tuple(float(x) for x in record.get("lambda", ()))
+        rewards = target.run_record.rewards
+        lam = tuple(float(x) for x in target.run_record.lam)
     if not rewards or len(lam) != len(rewards):
         raise BadInput(f"{target.setting.file}: nothing to evaluate (rewards {list(rewards)}, lambda {list(lam)})")
     check_writable(out)
@@ -152,8 +151,7 @@ def _scores(policy, scorers: Sequence, seeds: torch.Tensor, noise_level: float, 
 
 def _metadata(plan: CurvePlan, loaded: list[dict[str, Any]]) -> dict[str, Any]:
     target = plan.target
-    record = target.run_record or {}
-    config = record.get("config", {})
+    config = target.run_record.config if target.run_record is not None else {}
     spec = target.setting.policy
     return {
         "setting": {"path": str(target.setting.file), "name": target.setting.name},

@@ -31,13 +31,15 @@ from PIL import Image
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from recast_cli.artifacts import (
-    MODES,
     FolderLock,
     EvalImage,
     EvalTable,
+    RunRecord,
+    RunRecordError,
     Source,
     atomic_write_bytes,
     check_writable,
+    read_run,
     write_eval,
 )
 from recast_cli.errors import BadInput
@@ -70,7 +72,7 @@ class Target:
     setting: Any  # recast_cli.settings.Setting
     mode: str  # "base" or the run's W mode
     run: Path | None = None
-    run_record: dict | None = None  # the run's run.json
+    run_record: RunRecord | None = None  # the run's run.json
     checkpoint: Path | None = None
     step: int | None = None
 
@@ -117,19 +119,16 @@ def resolve_target(run: Path | None, setting: str | None, checkpoint: int | None
         if checkpoint is not None:
             raise BadInput("--checkpoint selects a checkpoint of --run; the base model has none")
         return Target(setting=load_setting(setting), mode="base")
-    record_path = run / "run.json"
-    if not record_path.is_file():
-        raise BadInput(f"--run {run}: not a recast train run folder (no run.json)")
     try:
-        record = json.loads(record_path.read_text())
-        setting_file = record["config"]["setting"]
-        mode = record["mode"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        raise BadInput(f"{record_path} is not a recast.run/1 record (no config.setting or mode)") from None
-    if mode not in MODES:
-        raise BadInput(f"{record_path}: mode {mode!r} is not one of {', '.join(MODES)}")
-    if not Path(setting_file).is_file():
-        raise BadInput(f"--run {run}: the run's setting {setting_file} (from {record_path}) is not there")
+        record = read_run(run)
+    except RunRecordError as exc:
+        if exc.problem == "missing":
+            raise BadInput(f"--run {run}: not a recast train run folder (no run.json)") from None
+        if exc.problem in ("json", "object", "config", "setting", "mode"):
+            raise BadInput(f"{exc.path} is not a recast.run/1 record (no config.setting or mode)") from None
+        raise
+    if not Path(record.setting).is_file():
+        raise BadInput(f"--run {run}: the run's setting {record.setting} (from {run / 'run.json'}) is not there")
     found = dict(list_checkpoints(run))
     if not found:
         raise BadInput(f"--run {run}: the run has no complete checkpoint yet")
@@ -140,8 +139,8 @@ def resolve_target(run: Path | None, setting: str | None, checkpoint: int | None
                        f"(it has {', '.join(str(s) for s in sorted(found))})")
     folder = step_dir(run, checkpoint)
     read_checkpoint(folder)  # verifies every file against the manifest: a corrupt checkpoint is named here
-    return Target(setting=load_setting(setting_file), mode=mode, run=run, run_record=record, checkpoint=folder,
-                  step=checkpoint)
+    return Target(setting=load_setting(record.setting), mode=record.mode, run=run, run_record=record,
+                  checkpoint=folder, step=checkpoint)
 
 
 def _int(value: Any, key: str, where: str, minimum: int) -> int:
@@ -219,8 +218,8 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
     if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
         raise BadInput(f"--device must be cpu or cuda, got {device!r}")
     if target.run_record is not None:
-        rewards = tuple(target.run_record.get("rewards", ()))
-        lam = tuple(float(x) for x in target.run_record.get("lambda", ()))
+        rewards = target.run_record.rewards
+        lam = tuple(float(x) for x in target.run_record.lam)
     else:
         rewards, lam = tuple(train.rewards), tuple(float(x) for x in train.lam)
     if len(lam) != len(rewards):
@@ -466,7 +465,7 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
 
 def _metadata(plan: Plan, world: World, rid: str) -> dict[str, Any]:
     target = plan.target
-    record = target.run_record or {}
+    config = target.run_record.config if target.run_record is not None else {}
     checkpoint = None
     if target.checkpoint is not None:
         checkpoint = {"path": str(target.checkpoint), "step": target.step, "adapter_sha256": world.adapter.sha256}
@@ -474,12 +473,12 @@ def _metadata(plan: Plan, world: World, rid: str) -> dict[str, Any]:
         "setting": {"path": str(target.setting.file), "name": target.setting.name},
         "mode": target.mode,
         "run": str(target.run) if target.run is not None else None,
-        "train_seed": record.get("config", {}).get("train", {}).get("seed") if target.run is not None else None,
+        "train_seed": config.get("train", {}).get("seed") if target.run is not None else None,
         "lambda": list(plan.lam),
         "rewards": [_label(r) for r in plan.rewards],
         "judges": [_label(j) for j in plan.cfg.judges],
-        "weights_key": record.get("config", {}).get("weights_key") if target.run is not None else None,
-        "sigmas": record.get("sigmas") if target.run is not None else None,
+        "weights_key": config.get("weights_key") if target.run is not None else None,
+        "sigmas": list(target.run_record.sigmas) if target.run is not None else None,
         "checkpoint": checkpoint,
         "sampling": {"steps": world.steps, "guidance_scale": world.guidance_scale,
                      "resolution": world.policy.resolution, "n": plan.cfg.n, "seed": plan.cfg.seed,

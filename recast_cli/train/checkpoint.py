@@ -12,14 +12,14 @@
 
 A checkpoint is assembled in a hidden temporary folder and renamed into place, so a failed
 or killed save leaves the previous checkpoint as the latest good one. Old checkpoints are
-removed only after a newer one is complete. No pickle anywhere.
+removed only after a newer one is complete. No pickle anywhere. The tag and the listing of
+a run's complete checkpoints need no torch: they are in ``artifacts/run.py``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,33 +28,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from recast_cli.artifacts import sha256_file
+from recast_cli.artifacts import CHECKPOINT_SCHEMA, latest_checkpoint, list_checkpoints, sha256_file, step_dir
 from recast_cli.errors import BadInput
 
-CHECKPOINT_SCHEMA = "recast.checkpoint/1"
-_STEP_DIR = re.compile(r"^step-(\d{6,})$")
-
-
-def step_dir(run: Path, step: int) -> Path:
-    return run / "checkpoints" / f"step-{step:06d}"
-
-
-def list_checkpoints(run: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints (a manifest present), oldest first."""
-    root = run / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and (child / "manifest.json").is_file():
-            found.append((int(match[1]), child))
-    return sorted(found)
-
-
-def latest_checkpoint(run: Path) -> Path | None:
-    found = list_checkpoints(run)
-    return found[-1][1] if found else None
+__all__ = ["CHECKPOINT_SCHEMA", "clean_partial", "latest_checkpoint", "list_checkpoints", "load_optimizer",
+           "optimizer_tensors", "read_checkpoint", "restore_rng", "rng_tensors", "save_checkpoint", "step_dir"]
 
 
 def _fsync_tree(folder: Path) -> None:

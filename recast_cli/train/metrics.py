@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from recast_cli.artifacts import Provenance, _open_parquet, _write_parquet
+from recast_cli.artifacts import Provenance, open_parquet, write_parquet
 
 METRICS_SCHEMA = "recast.metrics/1"
 TIMING_COLUMNS = ("sample_s", "update_s")
@@ -44,7 +44,7 @@ class MetricsLog:
     def resume(self, upto_step: int) -> None:
         """Keep the rows of steps ≤ ``upto_step`` (the checkpoint a resumed run starts from)."""
         if self.path.is_file():
-            table, _, _ = _open_parquet(self.path, METRICS_SCHEMA)
+            table, _, _ = open_parquet(self.path, METRICS_SCHEMA)
             self.rows = [r for r in table.to_pylist() if r["step"] <= upto_step]
 
     def add(self, step: int, per_reward: dict[str, dict[str, Any]], scalars: dict[str, Any],
@@ -62,7 +62,7 @@ class MetricsLog:
         table = pa.Table.from_pylist(self.rows, schema=_schema())
         provenance = Provenance.new(METRICS_SCHEMA, self.config, [])
         meta = {k.encode(): json.dumps(v, sort_keys=True).encode() for k, v in provenance.to_metadata().items()}
-        _write_parquet(self.path, table.replace_schema_metadata(meta))
+        write_parquet(self.path, table.replace_schema_metadata(meta))
 
     def close(self) -> None:
         if self.writer is not None:
@@ -79,5 +79,5 @@ def _schema() -> pa.Schema:
 
 
 def read_metrics(path: str | Path) -> pa.Table:
-    table, _, _ = _open_parquet(path, METRICS_SCHEMA)
+    table, _, _ = open_parquet(path, METRICS_SCHEMA)
     return table

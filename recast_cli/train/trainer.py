@@ -34,7 +34,17 @@ import numpy as np
 import torch
 from accelerate.utils import DistributedType
 
-from recast_cli.artifacts import FolderLock, WeightMatrix, atomic_write_bytes, read_weights
+from recast_cli.artifacts import (
+    RUN_SCHEMA,
+    FolderLock,
+    RunRecord,
+    RunRecordError,
+    WeightMatrix,
+    atomic_write_bytes,
+    read_run,
+    read_weights,
+    write_run,
+)
 from recast_cli.errors import BadInput
 from recast_cli.policy.base import _splitmix64
 from recast_cli.prompts import load_prompts, prompt_stream
@@ -43,8 +53,6 @@ from recast_cli.train.config import TrainConfig, check_config, trained_steps
 from recast_cli.train.metrics import MetricsLog
 from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
 from recast_cli.train.params import Parameters
-
-RUN_SCHEMA = "recast.run/1"
 
 
 # ------------------------------------------------------------------ W against the setting and the sampler
@@ -167,8 +175,8 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
             resume_from = found[-1][1]
             _, state = ckpt.read_checkpoint(resume_from)
             _check_same_run(state, cfg, w, weights, resume_from)
-        elif record.get("config", {}).get("weights_key") != weights_key(w) or \
-                record.get("config", {}).get("run_key", cfg.run_key()) != cfg.run_key():
+        elif record.config.get("weights_key") != weights_key(w) or \
+                record.config.get("run_key", cfg.run_key()) != cfg.run_key():
             raise BadInput(f"--resume: {out} holds the start of another run (another W or configuration) and no "
                            "checkpoint; choose another --out")
     elif out.is_dir():
@@ -216,19 +224,17 @@ def scheduler_grid(spec) -> tuple[np.ndarray, float | None]:
     return scheduler.sigmas.detach().to("cpu", torch.float64).numpy(), float(scheduler.config.shift)
 
 
-def read_run_record(folder: Path) -> dict:
-    """``folder/run.json`` as a ``recast.run/1`` record; BadInput for anything else (e.g. a stray run.json)."""
-    import json
-
-    path = folder / "run.json"
+def read_run_record(folder: Path) -> RunRecord:
+    """``folder/run.json`` (``read_run``); BadInput for anything else (e.g. a stray run.json), worded for --out."""
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise BadInput(f"{path} is not a recast.run/1 record (not JSON)") from None
-    if not isinstance(record, dict) or record.get("schema") != RUN_SCHEMA or not isinstance(record.get("config"), dict):
-        raise BadInput(f"{path} is not a recast.run/1 record (schema {record.get('schema') if isinstance(record, dict) else None!r}); "
-                       "choose another --out")
-    return record
+        return read_run(folder)
+    except RunRecordError as exc:
+        if exc.problem in ("missing", "json"):
+            raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (not JSON)") from None
+        if exc.problem in ("object", "schema", "config"):
+            raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (schema {exc.tag!r}); "
+                           "choose another --out") from None
+        raise
 
 
 class RunLock(FolderLock):
@@ -391,19 +397,15 @@ class Trainer:
         self.lock = RunLock(run)
 
     def _write_start(self, run: Path) -> None:
-        from recast_cli.artifacts import Provenance, write_weights
+        from recast_cli.artifacts import write_weights
 
         sources = [self.plan.setting.file] + ([self.plan.weights_source] if self.plan.weights_source != "static" else [])
         write_weights(run / "weights.safetensors", self.plan.weights,
                       config={"copied_from": self.plan.weights_source}, sources=sources)
         atomic_write_bytes(run / "config.toml", self.cfg.to_toml().encode())
-        record = Provenance.new(RUN_SCHEMA, {**self.config_record(), "run_key": self.cfg.run_key()},
-                                sources).to_metadata()
-        record.update({"rewards": list(self.cfg.rewards), "lambda": list(self.cfg.lam),
-                       "mode": self.plan.weights.mode, "sigmas": [float(s) for s in self.plan.weights.sigmas]})
-        import json
-
-        atomic_write_bytes(run / "run.json", (json.dumps(record, indent=1, sort_keys=True, default=str) + "\n").encode())
+        record = RunRecord(rewards=tuple(self.cfg.rewards), lam=tuple(self.cfg.lam), mode=self.plan.weights.mode,
+                           sigmas=tuple(float(s) for s in self.plan.weights.sigmas))
+        write_run(run, record, config={**self.config_record(), "run_key": self.cfg.run_key()}, sources=sources)
 
     def _restore(self, folder: Path) -> None:
         tensors, state = ckpt.read_checkpoint(folder)

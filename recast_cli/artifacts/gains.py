@@ -1,0 +1,268 @@
+"""``recast.gains/1``: cumulative discriminability and per-step gains, one Parquet row per (reward, t).
+
+t = 0..T for every reward; key-value metadata with JSON values: the run (alpha, beta, T, N, K, P,
+sampling, crn, monotone, reward_std, policy, positives) and the provenance (docs/artifacts.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, json_dumps
+from recast_cli.artifacts.tables import check_finite, open_parquet, require_columns, require_keys, write_parquet
+from recast_cli.errors import BadInput
+
+GAINS_SCHEMA = "recast.gains/1"
+
+SAMPLINGS = ("pplus", "pold", "exact")
+MONOTONE_METHODS = ("clip", "isotonic", "none")
+
+GAIN_COLUMNS: dict[str, pa.DataType] = {
+    "reward": pa.string(),
+    "t": pa.int32(),
+    "sigma": pa.float64(),
+    "D": pa.float64(),
+    "D_lo": pa.float64(),
+    "D_hi": pa.float64(),
+    "gain_raw": pa.float64(),
+    "gain": pa.float64(),
+    "gain_lo": pa.float64(),
+    "gain_hi": pa.float64(),
+}
+
+#: Run metadata a gain table must carry besides its provenance (ARCHITECTURE.md).
+GAIN_RUN_KEYS = (
+    "alpha", "beta", "N", "K", "P", "sampling", "crn", "monotone", "reward_std", "policy", "positives",
+)
+
+
+@dataclass(frozen=True)
+class GainTable:
+    """Cumulative discriminability and per-step gains of m rewards on a grid of T steps (E4, E5).
+
+    Arrays are indexed by reward first. ``D[:, t]`` is D_{i,t} for t = 0..T; gains are
+    per step: ``gain[:, t-1]`` is ΔD_{i,t} for t = 1..T. Interval arrays are None when the
+    run made no bootstrap. ``meta`` holds the run metadata (alpha, beta, N, K, P, sampling,
+    crn, monotone, reward_std, policy, positives, and optionally grid / surrogate checks).
+    """
+
+    rewards: tuple[str, ...]
+    sigmas: np.ndarray
+    D: np.ndarray
+    gain_raw: np.ndarray
+    gain: np.ndarray
+    D_lo: np.ndarray | None = None
+    D_hi: np.ndarray | None = None
+    gain_lo: np.ndarray | None = None
+    gain_hi: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    @property
+    def T(self) -> int:
+        return len(self.sigmas) - 1
+
+    @property
+    def m(self) -> int:
+        return len(self.rewards)
+
+    def total_gain(self) -> np.ndarray:
+        """Σ_t ΔD_{i,t} per reward: D_{i,0} when the gains telescope (E5)."""
+        return self.gain.sum(axis=1)
+
+    def peak_step(self) -> np.ndarray:
+        """The step t (1..T) with the largest gain, per reward."""
+        return self.gain.argmax(axis=1) + 1
+
+    def to_arrow(self, provenance: Provenance) -> pa.Table:
+        m, T = self.m, self.T
+        t = np.tile(np.arange(T + 1, dtype=np.int32), m)
+
+        def with_null_t0(per_step: np.ndarray | None) -> pa.Array:
+            if per_step is None:
+                return pa.nulls(m * (T + 1), type=pa.float64())
+            full = np.concatenate([np.full((m, 1), np.nan), per_step], axis=1).ravel()
+            return pa.array(full, type=pa.float64(), mask=np.isnan(full))
+
+        def per_level(values: np.ndarray | None) -> pa.Array:
+            if values is None:
+                return pa.nulls(m * (T + 1), type=pa.float64())
+            return pa.array(np.asarray(values, dtype=np.float64).ravel(), type=pa.float64())
+
+        columns = {
+            "reward": pa.array(np.repeat(np.array(self.rewards, dtype=object), T + 1), type=pa.string()),
+            "t": pa.array(t, type=pa.int32()),
+            "sigma": pa.array(np.tile(self.sigmas, m), type=pa.float64()),
+            "D": per_level(self.D),
+            "D_lo": per_level(self.D_lo),
+            "D_hi": per_level(self.D_hi),
+            "gain_raw": with_null_t0(self.gain_raw),
+            "gain": with_null_t0(self.gain),
+            "gain_lo": with_null_t0(self.gain_lo),
+            "gain_hi": with_null_t0(self.gain_hi),
+        }
+        metadata = {**self.meta, "T": T, **provenance.to_metadata()}
+        table = pa.table(columns, schema=pa.schema(list(GAIN_COLUMNS.items())))
+        return table.replace_schema_metadata({k: json_dumps(v) for k, v in metadata.items()})
+
+
+def validate_gain_table(table: GainTable, where: str = "gain table") -> None:
+    """Raise BadInput unless the arrays and metadata form a valid ``recast.gains/1`` table."""
+    m, T = table.m, table.T
+    if m == 0:
+        raise BadInput(f"{where}: no rewards")
+    if len(set(table.rewards)) != m:
+        raise BadInput(f"{where}: duplicate reward names {list(table.rewards)}")
+    if T < 1:
+        raise BadInput(f"{where}: needs at least t = 0 and t = 1 (T >= 1)")
+    sig = np.asarray(table.sigmas, dtype=np.float64)
+    check_finite("sigma", sig, where)
+    if sig[0] != 0.0:
+        raise BadInput(f"{where}: sigma at t = 0 must be 0 (clean data), got {sig[0]!r}")
+    if not np.all(np.diff(sig) > 0):
+        t_bad = int(np.argmax(np.diff(sig) <= 0)) + 1
+        raise BadInput(f"{where}: sigma must increase strictly with t (t = T the noisiest); not at t = {t_bad}")
+    if sig[-1] > 1.0:
+        raise BadInput(f"{where}: sigma must lie in [0, 1], got {sig[-1]!r} at t = {T}")
+    shapes = {"D": (m, T + 1), "D_lo": (m, T + 1), "D_hi": (m, T + 1),
+              "gain_raw": (m, T), "gain": (m, T), "gain_lo": (m, T), "gain_hi": (m, T)}
+    for name, shape in shapes.items():
+        values = getattr(table, name)
+        if values is None:
+            if name in ("D", "gain", "gain_raw"):
+                raise BadInput(f"{where}: column {name!r} is missing")
+            continue
+        if np.shape(values) != shape:
+            raise BadInput(f"{where}: column {name!r} has shape {np.shape(values)}, expected {shape}")
+        check_finite(name, np.asarray(values, dtype=np.float64), where, table.rewards)
+    if np.any(table.gain < 0):
+        i, j = np.argwhere(table.gain < 0)[0]
+        raise BadInput(f"{where}: 'gain' must be non-negative; reward {table.rewards[i]!r} has "
+                       f"{table.gain[i, j]:.3g} at t = {j + 1}")
+    require_keys(table.meta, GAIN_RUN_KEYS, where)
+    if table.meta["sampling"] not in SAMPLINGS:
+        raise BadInput(f"{where}: metadata 'sampling' must be one of {SAMPLINGS}, got {table.meta['sampling']!r}")
+    if table.meta["monotone"] not in MONOTONE_METHODS:
+        raise BadInput(f"{where}: metadata 'monotone' must be one of {MONOTONE_METHODS}, "
+                       f"got {table.meta['monotone']!r}")
+    if "grid" in table.meta:
+        from recast_cli.grid import GridSpec
+
+        GridSpec.from_json(table.meta["grid"], where)
+
+
+def write_gains(path: str | os.PathLike[str], table: GainTable, *, config: Mapping[str, Any] | None = None,
+                sources: Sequence[Source | str | os.PathLike[str]] = ()) -> Provenance:
+    """Validate ``table`` and write it atomically as a ``recast.gains/1`` Parquet file."""
+    validate_gain_table(table)
+    provenance = Provenance.new(GAINS_SCHEMA, config, sources)
+    write_parquet(path, table.to_arrow(provenance))
+    return provenance
+
+
+def read_gains(path: str | os.PathLike[str]) -> GainTable:
+    """Read and validate a ``recast.gains/1`` Parquet file (BadInput names what is wrong)."""
+    arrow, meta, where = open_parquet(path, GAINS_SCHEMA)
+    require_columns(arrow, GAIN_COLUMNS, where)
+    kinds = {"reward": pa.types.is_string, "t": pa.types.is_integer}
+    for name in GAIN_COLUMNS:
+        check = kinds.get(name, pa.types.is_floating)
+        dtype = arrow.schema.field(name).type
+        if not (check(dtype) or pa.types.is_null(dtype) or (name == "reward" and pa.types.is_large_string(dtype))):
+            raise BadInput(f"{where}: column {name!r} has type {dtype}, expected {GAIN_COLUMNS[name]}")
+    require_columns(arrow, GAIN_COLUMNS, where, not_null=("reward", "t", "sigma", "D"))
+
+    reward_col = arrow.column("reward").to_pylist()
+    t_col = arrow.column("t").to_numpy().astype(np.int64)
+    rewards = tuple(dict.fromkeys(reward_col))
+    index = {r: i for i, r in enumerate(rewards)}
+    seen: set[tuple[str, int]] = set()
+    for r, t in zip(reward_col, t_col.tolist()):
+        if (r, t) in seen:
+            raise BadInput(f"{where}: duplicate row for (reward {r!r}, t = {t})")
+        seen.add((r, t))
+    T = int(t_col.max())
+    for r in rewards:
+        ts = sorted(t for (rr, t) in seen if rr == r)
+        if ts != list(range(T + 1)):
+            raise BadInput(f"{where}: t of reward {r!r} is not contiguous 0..{T} (has {_ranges(ts)})")
+    if "T" in meta and meta["T"] != T:
+        raise BadInput(f"{where}: metadata T = {meta['T']} but rows run t = 0..{T}")
+    require_keys(meta, ("T", *PROVENANCE_KEYS[1:]), where)
+
+    m = len(rewards)
+    rows = np.array([index[r] for r in reward_col])
+
+    def grid(name: str) -> np.ndarray:
+        out = np.full((m, T + 1), np.nan)
+        out[rows, t_col] = arrow.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        return out
+
+    sigma = grid("sigma")
+    if not np.all(sigma == sigma[:1]):
+        i, t = np.argwhere(sigma != sigma[:1])[0]
+        raise BadInput(f"{where}: sigma differs between rewards at t = {t} (reward {rewards[i]!r})")
+
+    def per_step(name: str, optional: bool) -> np.ndarray | None:
+        values = grid(name)
+        if not np.isnan(values[:, 0]).all():
+            raise BadInput(f"{where}: column {name!r} must be null at t = 0")
+        body = values[:, 1:]
+        null = _null_mask(arrow, name, rows, t_col, m, T)[:, 1:]
+        if optional and null.all():
+            return None
+        if null.any():
+            i, j = np.argwhere(null)[0]
+            raise BadInput(f"{where}: column {name!r} is null at (reward {rewards[i]!r}, t = {j + 1})")
+        return body
+
+    def per_level(name: str) -> np.ndarray | None:
+        null = _null_mask(arrow, name, rows, t_col, m, T)
+        if null.all():
+            return None
+        if null.any():
+            i, j = np.argwhere(null)[0]
+            raise BadInput(f"{where}: column {name!r} is null at (reward {rewards[i]!r}, t = {j})")
+        return grid(name)
+
+    table = GainTable(
+        rewards=rewards,
+        sigmas=sigma[0],
+        D=grid("D"),
+        gain_raw=per_step("gain_raw", optional=False),
+        gain=per_step("gain", optional=False),
+        D_lo=per_level("D_lo"),
+        D_hi=per_level("D_hi"),
+        gain_lo=per_step("gain_lo", optional=True),
+        gain_hi=per_step("gain_hi", optional=True),
+        meta={k: v for k, v in meta.items() if k not in (*PROVENANCE_KEYS, "T")},
+        provenance=Provenance.from_metadata(meta, where),
+    )
+    validate_gain_table(table, where)
+    return table
+
+
+def _null_mask(arrow: pa.Table, name: str, rows: np.ndarray, t_col: np.ndarray, m: int, T: int) -> np.ndarray:
+    mask = np.zeros((m, T + 1), dtype=bool)
+    mask[rows, t_col] = arrow.column(name).is_null().to_numpy(zero_copy_only=False)
+    return mask
+
+
+def _ranges(ts: Sequence[int]) -> str:
+    if not ts:
+        return "none"
+    parts, start, prev = [], ts[0], ts[0]
+    for t in list(ts[1:]) + [None]:
+        if t is not None and t == prev + 1:
+            prev = t
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}..{prev}")
+        if t is not None:
+            start = prev = t
+    return ", ".join(parts)

@@ -1,0 +1,247 @@
+"""Provenance and atomic output: what every artifact records about itself, and how it is written.
+
+Every artifact carries ``schema``, ``recast_version``, ``created_at``, the ``config`` that made it
+and its ``sources`` (path + sha256 of each input; ARCHITECTURE.md, "Artifacts"). Writes are
+atomic: a temporary file beside the target, fsynced and renamed into place, so a crashed stage
+never leaves a half-written artifact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from recast_cli import __version__
+from recast_cli.errors import BadInput
+
+# The process umask, read once (os.umask can only be read by setting it).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+#: The metadata keys of :meth:`Provenance.to_metadata`, in every artifact.
+PROVENANCE_KEYS = ("schema", "recast_version", "created_at", "config", "sources")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+@dataclass(frozen=True)
+class Source:
+    """An input artifact: the path as given and the sha256 of its bytes."""
+
+    path: str
+    sha256: str
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str]) -> Source:
+        return cls(path=str(path), sha256=sha256_file(path))
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What made an artifact: its schema tag, the recast version, when, from what, and how."""
+
+    schema: str
+    recast_version: str
+    created_at: str
+    config: dict[str, Any]
+    sources: tuple[Source, ...]
+
+    @classmethod
+    def new(
+        cls,
+        schema: str,
+        config: Mapping[str, Any] | None = None,
+        sources: Sequence[Source | str | os.PathLike[str]] = (),
+    ) -> Provenance:
+        return cls(
+            schema=schema,
+            recast_version=__version__,
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            config=dict(config or {}),
+            sources=tuple(s if isinstance(s, Source) else Source.of(s) for s in sources),
+        )
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "recast_version": self.recast_version,
+            "created_at": self.created_at,
+            "config": self.config,
+            "sources": [s.to_json() for s in self.sources],
+        }
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any], where: str) -> Provenance:
+        sources = meta["sources"]
+        if not isinstance(sources, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("path"), str) and isinstance(s.get("sha256"), str)
+            for s in sources
+        ):
+            raise BadInput(f"{where}: metadata 'sources' must be a list of {{path, sha256}} objects")
+        if not isinstance(meta["config"], dict):
+            raise BadInput(f"{where}: metadata 'config' must be a JSON object")
+        return cls(
+            schema=meta["schema"],
+            recast_version=str(meta["recast_version"]),
+            created_at=str(meta["created_at"]),
+            config=meta["config"],
+            sources=tuple(Source(s["path"], s["sha256"]) for s in sources),
+        )
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- atomic output
+
+
+def check_writable(path: str | os.PathLike[str],
+                   inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Path:
+    """Check, before any work is done and without touching the disk, that ``path`` can be written.
+
+    Missing parent folders are fine (they are created at write time); a parent that is a
+    file, a path that is a folder, or a folder without write permission is BadInput, and so
+    is a ``path`` that is one of the command's ``inputs`` (it would be overwritten).
+    """
+    out = Path(path)
+    for given in inputs:
+        if given is not None and _same_file(out, Path(given)):
+            raise BadInput(f"cannot write {out}: it is also an input of this command ({given}); write elsewhere")
+    if out.is_dir():
+        raise BadInput(f"cannot write {out}: it is a directory")
+    ancestor = out.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise BadInput(f"cannot write {out}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write {out}: no write permission in {ancestor}")
+    return out
+
+
+class FolderLock:
+    """An exclusive advisory lock on a folder (flock on the folder itself): one writer per output.
+
+    A second process that wants the same folder gets one line (BadInput, exit 2) naming ``what``
+    holds it, before it writes anything. Released by ``release`` or when the process exits.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], what: str = "another recast process"):
+        import fcntl
+
+        self.fd: int | None = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = None
+            raise BadInput(f"{folder} is being written by {what} (it holds the folder's lock); wait for it to "
+                           "finish or choose another --out") from None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success fsync it and rename it into place.
+
+    If the body raises, the temporary file is removed and ``path`` is untouched, so a
+    crashed stage never leaves a half-written artifact.
+    """
+    out = check_writable(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temps(out)
+        fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp")
+    except OSError as exc:
+        raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts get the usual permissions
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def clean_stale_temps(out: Path) -> list[Path]:
+    """Remove the temporary files of earlier writes of ``out`` whose writer is gone (killed).
+
+    Temporary names are ``.NAME.PID.XXXXXX.tmp``: a file whose PID is a live process is another
+    writer's and is kept; the rest (and the older ``.NAME.XXXXXX.tmp`` form) are removed.
+    """
+    removed = []
+    for tmp in out.parent.glob(f".{glob_escape(out.name)}.*.tmp"):
+        middle = tmp.name[len(out.name) + 2: -len(".tmp")]
+        pid_text = middle.split(".", 1)[0] if "." in middle else ""
+        if pid_text.isdigit() and _alive(int(pid_text)):
+            continue
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except OSError:
+            pass
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def json_dumps(value: Any) -> str:
+    """A metadata value as artifacts store it: JSON with sorted keys, no NaN or inf."""
+    return json.dumps(value, sort_keys=True, allow_nan=False)

@@ -1,0 +1,155 @@
+"""``recast.run/1``: the record of a ``recast train`` run folder and the listing of its checkpoints, torch-free.
+
+``RUN/run.json`` is written once, when the run starts: the provenance keys (``config`` the
+trainer's resolved configuration, ``sources`` the setting and the W file), ``rewards``,
+``lambda``, ``mode`` (the W's) and ``sigmas`` (W's grid, σ_T … σ_0). ``RUN/checkpoints/step-NNNNNN/``
+are its checkpoints (``recast.checkpoint/1``), complete once their ``manifest.json`` is in place;
+saving and verifying one needs torch (train/checkpoint.py), listing them does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.weights import MODES
+from recast_cli.errors import BadInput
+
+RUN_SCHEMA = "recast.run/1"
+CHECKPOINT_SCHEMA = "recast.checkpoint/1"
+RECORD_NAME = "run.json"
+_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run trains, as its ``run.json`` records it.
+
+    ``rewards`` and ``lam`` are the run's rewards and budgets λ (as the setting gave them), ``mode``
+    the mode of its W and ``sigmas`` the grid W was checked against, σ_T … σ_0. ``config`` (of a
+    record read back) is the trainer's configuration record: ``setting`` (the setting file),
+    ``weights``, ``weights_key``, ``run_key``, ``train`` (the resolved [train] table), ``T``,
+    ``trained_steps``, ``init``, ``processes``, ``engine``.
+    """
+
+    rewards: tuple[str, ...]
+    lam: tuple[float, ...]
+    mode: str
+    sigmas: tuple[float, ...]
+    provenance: Provenance | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.provenance.config if self.provenance is not None else {}
+
+    @property
+    def setting(self) -> str:
+        """The setting file the run trains with (``config.setting``)."""
+        return self.config["setting"]
+
+
+class RunRecordError(BadInput):
+    """A folder ``read_run`` refuses. ``problem`` names the first check that failed, so that a command
+    can word it for its own flag: ``missing`` (no run.json file), ``json`` (unreadable, not JSON),
+    ``object`` (JSON, but not an object), ``schema`` (another tag: ``tag``), ``config`` (no config
+    object), ``setting`` (no config.setting), ``mode`` (no mode) or ``fields`` (anything else)."""
+
+    def __init__(self, message: str, path: Path, problem: str, tag: Any = None):
+        super().__init__(message)
+        self.path = path
+        self.problem = problem
+        self.tag = tag
+
+
+def read_run(folder: str | os.PathLike[str]) -> RunRecord:
+    """Read and validate ``folder/run.json``; a :class:`RunRecordError` (BadInput) names what is wrong."""
+    folder = Path(folder)
+    path = folder / RECORD_NAME
+    if not path.is_file():
+        raise RunRecordError(f"{folder}: not a recast train run folder (no {RECORD_NAME})", path, "missing")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise RunRecordError(f"{path}: not a JSON file", path, "json") from None
+    return _parse_record(raw, path)
+
+
+def write_run(folder: str | os.PathLike[str], record: RunRecord, *, config: Mapping[str, Any] | None = None,
+              sources: Sequence[Source | str | os.PathLike[str]] = ()) -> Provenance:
+    """Write ``folder/run.json`` atomically; a record that ``read_run`` would refuse is refused first."""
+    path = Path(folder) / RECORD_NAME
+    provenance = Provenance.new(RUN_SCHEMA, config, sources)
+    data = {**provenance.to_metadata(), "rewards": list(record.rewards), "lambda": list(record.lam),
+            "mode": record.mode, "sigmas": list(record.sigmas)}
+    text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+    _parse_record(json.loads(text), path)
+    atomic_write_bytes(path, text.encode())
+    return provenance
+
+
+def _parse_record(raw: Any, path: Path) -> RunRecord:
+    tag = raw.get("schema") if isinstance(raw, dict) else None
+
+    def refuse(message: str, problem: str = "fields") -> NoReturn:
+        raise RunRecordError(f"{path}: {message}", path, problem, tag)
+
+    if tag != RUN_SCHEMA:
+        refuse(f"schema tag is {tag!r}, expected {RUN_SCHEMA!r}", "schema" if isinstance(raw, dict) else "object")
+    if not isinstance(raw.get("config"), dict):
+        refuse("'config' must be a JSON object", "config")
+    if not isinstance(raw["config"].get("setting"), str):
+        refuse("the record names no setting (config.setting)", "setting")
+    if "mode" not in raw:
+        refuse("the record has no 'mode'", "mode")
+    if raw["mode"] not in MODES:
+        refuse(f"mode {raw['mode']!r} is not one of {', '.join(MODES)}")
+    missing = [k for k in (*PROVENANCE_KEYS[1:], "rewards", "lambda", "sigmas") if k not in raw]
+    if missing:
+        refuse(f"the record is missing {', '.join(map(repr, missing))}")
+    if not (isinstance(raw["rewards"], list) and all(isinstance(r, str) for r in raw["rewards"])):
+        refuse("'rewards' must be a list of reward names")
+    for key in ("lambda", "sigmas"):
+        if not (isinstance(raw[key], list) and all(_finite_number(x) for x in raw[key])):
+            refuse(f"{key!r} must be a list of finite numbers")
+    try:
+        provenance = Provenance.from_metadata(raw, str(path))
+    except BadInput as exc:
+        raise RunRecordError(str(exc), path, "fields", tag) from None
+    return RunRecord(rewards=tuple(raw["rewards"]), lam=tuple(raw["lambda"]), mode=raw["mode"],
+                     sigmas=tuple(raw["sigmas"]), provenance=provenance)
+
+
+def _finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def step_dir(run: Path, step: int) -> Path:
+    return run / "checkpoints" / f"step-{step:06d}"
+
+
+def list_checkpoints(run: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (a manifest present), oldest first."""
+    root = run / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / "manifest.json").is_file():
+            found.append((int(match[1]), child))
+    return sorted(found)
+
+
+def latest_checkpoint(run: Path) -> Path | None:
+    found = list_checkpoints(run)
+    return found[-1][1] if found else None

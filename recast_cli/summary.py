@@ -39,7 +39,7 @@ from recast_cli.artifacts import (
 )
 from recast_cli.errors import BadInput
 from recast_cli.sinkhorn import spill_share
-from recast_cli.train.metrics import METRICS_SCHEMA, read_metrics
+from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 
 SPARK = "▁▂▃▄▅▆▇█"
 

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from recast_cli.artifacts.curve import CURVE_SCHEMA, read_curve
 from recast_cli.artifacts.evaluation import EVAL_SCHEMA, read_eval
 from recast_cli.artifacts.gains import GAINS_SCHEMA, read_gains
+from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 from recast_cli.artifacts.positives import MANIFEST_NAME, POSITIVES_SCHEMA, Positives, read_positives
 from recast_cli.artifacts.run import CHECKPOINT_SCHEMA, RECORD_NAME, RUN_SCHEMA, read_run
 from recast_cli.artifacts.scores import SCORES_SCHEMA, read_scores
@@ -92,8 +93,7 @@ def _positives(path: Path) -> Positives:
 
 
 #: The reader of every schema this package owns, by tag: ``READERS[tag](path)`` takes the path
-#: :func:`artifact_schema` returns. Not here: ``recast.metrics/1`` (train/metrics.py imports this
-#: package: a cycle), ``recast.image-scores/1`` and ``recast.judgements/1`` (written in rewards/, which
+#: :func:`artifact_schema` returns. Not here: ``recast.image-scores/1`` and ``recast.judgements/1`` (written in rewards/, which
 #: loads the scorers) and ``recast.checkpoint/1`` (verifying one loads its tensors with torch).
 READERS: dict[str, Callable[[Path], Any]] = {
     GAINS_SCHEMA: read_gains,
@@ -103,4 +103,5 @@ READERS: dict[str, Callable[[Path], Any]] = {
     EVAL_SCHEMA: read_eval,
     CURVE_SCHEMA: read_curve,
     RUN_SCHEMA: read_run,
+    METRICS_SCHEMA: read_metrics,
 }

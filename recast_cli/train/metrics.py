@@ -1,4 +1,5 @@
-"""``RUN/metrics.parquet`` (``recast.metrics/1``): one row per (training step, reward).
+"""The trainer's metrics log: rows of ``RUN/metrics.parquet`` (``recast.metrics/1``, whose schema
+lives in :mod:`recast_cli.artifacts.metrics`) and the same scalars in TensorBoard.
 
 Reward columns: ``reward_mean``, ``reward_std`` (over the step's images) and ``adv_abs``
 (list over t = 1…T: the mean |T·W_{i,t}·A_i|, the reward's share of the per-step advantage).
@@ -11,18 +12,12 @@ The same scalars go to TensorBoard under ``RUN/tensorboard``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+from recast_cli.artifacts.metrics import METRICS_SCHEMA, STEP_COLUMNS, TIMING_COLUMNS, read_metrics, write_metrics
 
-from recast_cli.artifacts import Provenance, open_parquet, write_parquet
-
-METRICS_SCHEMA = "recast.metrics/1"
-TIMING_COLUMNS = ("sample_s", "update_s")
-STEP_COLUMNS = ("aggregate", "loss", "policy_loss", "kl", "clip_frac", "grad_norm", "lr", "images",
-                *TIMING_COLUMNS)
+__all__ = ["METRICS_SCHEMA", "STEP_COLUMNS", "TIMING_COLUMNS", "MetricsLog", "read_metrics"]
 
 
 class MetricsLog:
@@ -44,8 +39,7 @@ class MetricsLog:
     def resume(self, upto_step: int) -> None:
         """Keep the rows of steps ≤ ``upto_step`` (the checkpoint a resumed run starts from)."""
         if self.path.is_file():
-            table, _, _ = open_parquet(self.path, METRICS_SCHEMA)
-            self.rows = [r for r in table.to_pylist() if r["step"] <= upto_step]
+            self.rows = [r for r in read_metrics(self.path).to_pylist() if r["step"] <= upto_step]
 
     def add(self, step: int, per_reward: dict[str, dict[str, Any]], scalars: dict[str, Any],
             step_adv_abs: list[float]) -> None:
@@ -59,25 +53,8 @@ class MetricsLog:
             self.writer.flush()
 
     def write(self) -> None:
-        table = pa.Table.from_pylist(self.rows, schema=_schema())
-        provenance = Provenance.new(METRICS_SCHEMA, self.config, [])
-        meta = {k.encode(): json.dumps(v, sort_keys=True).encode() for k, v in provenance.to_metadata().items()}
-        write_parquet(self.path, table.replace_schema_metadata(meta))
+        write_metrics(self.path, self.rows, self.config)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-def _schema() -> pa.Schema:
-    fields = [pa.field("step", pa.int64()), pa.field("reward", pa.string()),
-              pa.field("reward_mean", pa.float64()), pa.field("reward_std", pa.float64()),
-              pa.field("adv_abs", pa.list_(pa.float64()))]
-    fields += [pa.field(name, pa.int64() if name == "images" else pa.float64()) for name in STEP_COLUMNS]
-    fields.append(pa.field("step_adv_abs", pa.list_(pa.float64())))
-    return pa.schema(fields)
-
-
-def read_metrics(path: str | Path) -> pa.Table:
-    table, _, _ = open_parquet(path, METRICS_SCHEMA)
-    return table

@@ -61,7 +61,8 @@ from rich.table import Table
 from recast_cli.policy.sd3 import SD3Conditioning
 from recast_cli.prompts import prompt_stream
 from recast_cli.train.objective import gaussian_kl, ppo_terms
-from recast_cli.train.trainer import Batch, Trainer, plan_run, sample_seeds
+from recast_cli.seeds import train_seeds
+from recast_cli.train.trainer import Batch, Trainer, plan_run
 
 SETTING = "toy"
 SAMPLE_STEP = 1  # the training step whose prompts and noise both sides sample
@@ -130,7 +131,7 @@ class Baseline:
             group = [tr.plan.prompts[int(order[g])]] * G
             index = np.arange(g * G, (g + 1) * G, dtype=np.int64)
             cond = self.encode(group)
-            traj = self.policy.sample(cond, tr.noise_level, sample_seeds(cfg.seed, step, index))
+            traj = self.policy.sample(cond, tr.noise_level, torch.from_numpy(train_seeds(cfg.seed, step, index)))
             prompts += group
             conds.append(cond)
             states.append(traj.states)

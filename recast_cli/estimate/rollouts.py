@@ -24,27 +24,7 @@ import torch
 
 from recast_cli.policy.base import FlowPolicy, step_noise
 from recast_cli.rewards.base import Scorer
-
-SEED_STRIDE = np.uint64(1_000_003)
-SEED_MASK = np.uint64(2**62 - 1)
-NO_STEP = -1  # the t slot of a seed shared by every start step (common random numbers)
-TRAJECTORY_SET = 1 << 20  # the positive-set slot of π^old-sampling's seeds
-EPS_ROLLOUT = -1  # the k slot of the ε^n seed
-TRAJECTORY_ROLLOUT = -2  # the k slot of the trajectory seed
-
-
-def rollout_seeds(seed: int, prompt_id: int, reward_set: int, n: np.ndarray, k: np.ndarray | int,
-                  t: np.ndarray | int) -> np.ndarray:
-    """Distinct reproducible seeds per (run seed, prompt, positive set, sample n, rollout k, start step t).
-
-    A polynomial hash in uint64 arithmetic (wrapping), vectorised over n, k, t.
-    """
-    value = np.zeros(np.broadcast(n, k, t).shape, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for part in (seed, prompt_id, reward_set, n, k, t):
-            value = value * SEED_STRIDE + (np.asarray(part).astype(np.int64) + 7).astype(np.uint64)
-    return (value & SEED_MASK).astype(np.int64)
-
+from recast_cli.seeds import EPS_ROLLOUT, NO_STEP, TRAJECTORY_ROLLOUT, TRAJECTORY_SET, rollout_seeds
 
 @dataclass(frozen=True)
 class RolloutPlan:

@@ -43,9 +43,8 @@ from recast_cli.artifacts import (
     write_eval,
 )
 from recast_cli.errors import BadInput
+from recast_cli.seeds import IMAGE_STRIDE, image_seed
 
-#: image k of prompt p is sampled from seed ``seed + SEED_STRIDE·p + k`` (as positives are)
-SEED_STRIDE = 100_000
 EVALUATE_KEYS = ("prompts", "n", "seed", "steps", "guidance_scale", "judges", "batch_size")
 
 
@@ -213,8 +212,8 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
     cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
     for key, minimum in (("n", 1), ("seed", 0), ("batch_size", 1)):
         _int(getattr(cfg, key), key, f"--{key.replace('_', '-')}", minimum)
-    if cfg.n > SEED_STRIDE:
-        raise BadInput(f"--n must be at most {SEED_STRIDE} (image seeds are seed + {SEED_STRIDE}·prompt + k)")
+    if cfg.n > IMAGE_STRIDE:
+        raise BadInput(f"--n must be at most {IMAGE_STRIDE} (image seeds are seed + {IMAGE_STRIDE}·prompt + k)")
     if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
         raise BadInput(f"--device must be cpu or cuda, got {device!r}")
     if target.run_record is not None:
@@ -348,10 +347,6 @@ def _public(options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------ 3. sample and score
 
 
-def image_seed(seed: int, prompt_id: int, k: int) -> int:
-    return seed + SEED_STRIDE * prompt_id + k
-
-
 def evaluation_images(plan: Plan) -> list[EvalImage]:
     """Every image of the evaluation in order: prompt-major, ``n`` per prompt."""
     folder = images_dir(plan.out).name
@@ -482,7 +477,7 @@ def _metadata(plan: Plan, world: World, rid: str) -> dict[str, Any]:
         "checkpoint": checkpoint,
         "sampling": {"steps": world.steps, "guidance_scale": world.guidance_scale,
                      "resolution": world.policy.resolution, "n": plan.cfg.n, "seed": plan.cfg.seed,
-                     "noise_level": 0.0, "seed_rule": f"seed + {SEED_STRIDE}·prompt_id + k"},
+                     "noise_level": 0.0, "seed_rule": f"seed + {IMAGE_STRIDE}·prompt_id + k"},
         "prompts_source": plan.cfg.prompts,
         "run_id": rid,
     }

@@ -20,6 +20,7 @@ import torch
 
 from recast_cli.errors import BadInput
 from recast_cli.policy.sde import sde_step
+from recast_cli.seeds import hashed_normal
 
 
 class Conditioning(Protocol):
@@ -47,27 +48,6 @@ class Trajectory:
 
 #: latents up to this many elements draw their noise from a vectorised counter-based hash
 HASHED_NOISE_MAX = 4096
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """The SplitMix64 finaliser: a bijective mix of 64-bit counters into uniform bits."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
-def _hashed_normal(seeds: np.ndarray, steps: np.ndarray, size: int) -> np.ndarray:
-    """Standard normals [B, size] from (seed, step, element) counters: Box-Muller on two hashes."""
-    with np.errstate(over="ignore"):
-        base = _splitmix64(seeds.astype(np.uint64) * _GOLDEN + steps.astype(np.uint64))
-        counters = base[:, None] + np.arange(size, dtype=np.uint64)[None, :] * np.uint64(2) * _GOLDEN
-        u1 = ((_splitmix64(counters) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
-        u2 = ((_splitmix64(counters + _GOLDEN) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
-    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
-
-
 def step_noise(seeds: torch.Tensor, step: torch.Tensor, shape: Sequence[int], dtype: torch.dtype,
                device: torch.device) -> torch.Tensor:
     """Standard normal noise for (sample seed, step t): the same pair always gives the same draw.
@@ -79,7 +59,7 @@ def step_noise(seeds: torch.Tensor, step: torch.Tensor, shape: Sequence[int], dt
     """
     size = int(np.prod(shape)) if len(shape) else 1
     if size <= HASHED_NOISE_MAX:
-        values = _hashed_normal(seeds.cpu().numpy(), step.cpu().numpy(), size)
+        values = hashed_normal(seeds.cpu().numpy(), step.cpu().numpy(), size)
         return torch.from_numpy(values).view(len(seeds), *shape).to(device=device, dtype=dtype)
     out = torch.empty((len(seeds), *shape), dtype=torch.float32)
     for i, (seed, t) in enumerate(zip(seeds.tolist(), step.tolist())):

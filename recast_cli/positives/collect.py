@@ -42,10 +42,9 @@ from recast_cli.artifacts import (
     write_positives_manifest,
 )
 from recast_cli.errors import BadInput
+from recast_cli.seeds import IMAGE_STRIDE, image_seed
 
 JOURNAL_NAME = ".recast-partial.jsonl"
-#: seed of (prompt p, sample s) = seed + p·SEED_STRIDE + s: distinct per prompt, stable when N grows
-SEED_STRIDE = 100_000
 RESIZE_FILTER = Image.Resampling.LANCZOS
 RESIZE_RULE = "alpha on white; centre crop to the largest square; Lanczos resize to R x R; PNG"
 MIN_RESOLUTION = 8
@@ -187,10 +186,6 @@ def read_prompts_file(path: str | os.PathLike[str]) -> list[str]:
     return prompts
 
 
-def job_seed(seed: int, prompt_id: int, sample_id: int) -> int:
-    return seed + prompt_id * SEED_STRIDE + sample_id
-
-
 # --------------------------------------------------------------------------- resume
 
 
@@ -266,8 +261,8 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
     out = Path(out)
     if n < 1:
         raise BadInput(f"--n must be at least 1, got {n}")
-    if n > SEED_STRIDE:
-        raise BadInput(f"--n must be at most {SEED_STRIDE}, got {n}")
+    if n > IMAGE_STRIDE:
+        raise BadInput(f"--n must be at most {IMAGE_STRIDE}, got {n}")
     if not isinstance(resolution, int) or resolution < MIN_RESOLUTION:
         raise BadInput(f"resolution must be an integer >= {MIN_RESOLUTION}, got {resolution!r}")
     if not prompts:
@@ -296,7 +291,7 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
         else:
             redone += 1
     kept = len(rows)
-    jobs = [Job(p, prompts[p], s, job_seed(seed, p, s), r) for (r, p, s) in sorted(wanted, key=_order)
+    jobs = [Job(p, prompts[p], s, image_seed(seed, p, s), r) for (r, p, s) in sorted(wanted, key=_order)
             if (r, p, s) not in rows and p not in refused]
 
     created = [d for d in (out, *out.parents) if not d.exists()]

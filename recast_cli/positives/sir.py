@@ -22,8 +22,9 @@ import torch
 from scipy.special import logsumexp
 
 from recast_cli.errors import BadInput
-from recast_cli.positives.collect import SEED_STRIDE, Job, Outcome, PositiveSource
+from recast_cli.positives.collect import Job, Outcome, PositiveSource
 from recast_cli.sample import to_pil
+from recast_cli.seeds import IMAGE_STRIDE
 
 
 def standardised(scores: np.ndarray) -> np.ndarray:
@@ -102,8 +103,8 @@ class SelfSource(PositiveSource):
             raise BadInput("--source self needs an image policy; gmm1d has no images (use sir_resample directly)")
         if not self.names or len(set(self.names)) != len(self.names):
             raise BadInput(f"--rewards must name distinct rewards, got {list(self.names)}")
-        if not n <= self.draws <= SEED_STRIDE:
-            raise BadInput(f"--draws ({self.draws}) must be at least --n ({n}) and at most {SEED_STRIDE}")
+        if not n <= self.draws <= IMAGE_STRIDE:
+            raise BadInput(f"--draws ({self.draws}) must be at least --n ({n}) and at most {IMAGE_STRIDE}")
         if not self.beta > 0:
             raise BadInput(f"--beta must be > 0, got {self.beta}")
         if self.noise_level < 0 or self.steps < 1:

@@ -46,8 +46,8 @@ from recast_cli.artifacts import (
     write_run,
 )
 from recast_cli.errors import BadInput
-from recast_cli.policy.base import _splitmix64
 from recast_cli.prompts import load_prompts, prompt_stream
+from recast_cli.seeds import train_seeds
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, trained_steps
 from recast_cli.train.metrics import MetricsLog
@@ -101,14 +101,6 @@ def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, sh
     if trained - weighted:
         raise BadInput(f"{where} gives trained step(s) {sorted(trained - weighted)} a zero column; "
                        f"solve it with --skip-clean {skip}")
-
-
-def sample_seeds(seed: int, step: int, index: np.ndarray) -> torch.Tensor:
-    """Noise seed of global image ``index`` at training step ``step`` (62-bit, collision-free in practice)."""
-    with np.errstate(over="ignore"):
-        mixed = _splitmix64(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(step + 1))
-        values = _splitmix64(mixed + index.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03))
-    return torch.from_numpy((values >> np.uint64(2)).astype(np.int64))
 
 
 # ------------------------------------------------------------------ the run
@@ -470,7 +462,7 @@ class Trainer:
         groups = list(self.local_groups())
         prompts = [self.plan.prompts[int(order[g])] for g in groups for _ in range(G)]
         index = np.array([g * G + k for g in groups for k in range(G)], dtype=np.int64)
-        seeds = sample_seeds(cfg.seed, step, index)
+        seeds = torch.from_numpy(train_seeds(cfg.seed, step, index))
         for prompt in dict.fromkeys(prompts):  # one at a time: a batch's roundoff would depend on the process count
             self.policy.encode_prompts([prompt])
         cond = self.policy.encode_prompts(prompts)

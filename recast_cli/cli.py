@@ -276,7 +276,7 @@ def plot_command(
     check_writable(out_path, inputs=[gains, weights])
     table = read_gains(gains) if gains is not None else None
     if d_curves:
-        from recast_cli.figures import figure_d_curves, save_figure
+        from recast_cli.report.figures import figure_d_curves, save_figure
 
         save_figure(figure_d_curves(table, title=str(gains)), out_path)
         out.print(f"wrote {out_path}")
@@ -373,7 +373,7 @@ def toy_quality_command(
 
 
 def _write_plot(path: Path, title: str, gains: Any = None, weights: Any = None) -> None:
-    from recast_cli.figures import figure_from_artifacts, save_figure
+    from recast_cli.report.figures import figure_from_artifacts, save_figure
 
     save_figure(figure_from_artifacts(gains=gains, weights=weights, title=title), path)
     out.print(f"wrote {path}")

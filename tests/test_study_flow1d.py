@@ -127,7 +127,8 @@ def test_the_flow1d_study_runs_end_to_end_with_its_control(tmp_path):
 
 
 def test_contrasts_pair_each_arm_with_static_per_seed_averaged_over_budgets():
-    from recast_cli.report_curves import contrasts
+    from recast_cli.report.statistics import contrasts
+    from recast_cli.report.tables import contrast_row
 
     grid = {}
     for s in range(6):
@@ -139,14 +140,14 @@ def test_contrasts_pair_each_arm_with_static_per_seed_averaged_over_budgets():
     by = {c.mode: c for c in items}
     assert set(by) == {"recast", "reversed"} and not notes
     np.testing.assert_allclose(by["recast"].diffs, [0.02] * 5 + [-0.01])
-    row = by["recast"].row()
+    row = contrast_row(by["recast"])
     assert row[:3] == ["ReCAST − static", "6", "0.0150"] and row[5] == "5/1"
     from scipy import stats
 
     half = stats.t.ppf(0.975, 5) * np.std(by["recast"].diffs, ddof=1) / np.sqrt(6)
     assert row[4] == f"[{0.015 - half:.4f}, {0.015 + half:.4f}]"
     assert row[6] == f"{stats.binomtest(5, 6, 0.5).pvalue:.3f}"
-    assert by["reversed"].row()[5] == "0/6"
+    assert contrast_row(by["reversed"])[5] == "0/6"
     del grid[("recast", (1.0, 2.0), 3)]
     _, notes = contrasts(grid)
     assert notes == ["ReCAST seed 3: 1 of 2 budgets paired with static"]

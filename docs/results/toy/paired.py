@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from recast_cli.report import AGGREGATE, budget_label, load_inputs
+from recast_cli.report.inputs import AGGREGATE, budget_label, load_inputs
 
 
 def main(root: Path) -> None:

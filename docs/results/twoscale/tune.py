@@ -68,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from recast_cli.artifacts import read_curve
-    from recast_cli.report_curves import primary
+    from recast_cli.report.statistics import primary
 
     lrs, betas = ([float(v) for v in arg.split(",")] for arg in (args.lrs, args.betas))
     grid = list(itertools.product(lrs, betas, SEEDS, BUDGETS))

@@ -1,0 +1,78 @@
+"""``recast report``: the paper's tables and figures from what stage 2 wrote (METHOD.md §7).
+
+Inputs, any mix (docs/report.md):
+
+* ``recast.eval/1`` tables (``recast evaluate``) → Tables 1 and 2 (base / static / no-Sink /
+  ReCAST, mean ± std over training seeds, win counts over matched (λ, seed) pairs), Table 4
+  (aggregate per λ), Tables 7–10 (per λ, with a Pareto verdict) and the sample grids;
+* ``recast.run/1`` folders (``recast train``) → Fig. 1 from the run's W, training curves;
+* ``recast.gains/1`` tables of the base policy and of trained checkpoints → Table 6, Fig. 5;
+* ``recast.judgements/1`` files (``recast judge``) → Table 3 (position-debiased win rates);
+* ``recast.curve/1`` tables (the 1-D world) → the two-timescale study's report instead (curves.py).
+
+Everything is read and checked before anything is written. ``report.md`` depends only on the
+artifacts' contents — no timestamps, no absolute paths, everything sorted, numbers in fixed
+formats — so regenerating it from the same artifacts gives the same bytes.
+
+The modules, each importing only the ones before it: inputs (read and check), statistics,
+tables and figures, build (the report of per-image evaluations), curves (of the 1-D world), and
+this one (write, the command).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import typer
+
+from recast_cli.artifacts import atomic_write_bytes, check_writable
+from recast_cli.errors import BadInput
+from recast_cli.report.build import Report, build_report
+from recast_cli.report.curves import build_curve_report
+from recast_cli.report.inputs import check_inputs, is_curve_input, load_curve_inputs, load_inputs
+
+REPORT_NAME = "report.md"
+
+
+def write_report(report: Report, out_dir: Path) -> list[Path]:
+    written = []
+    for figure in report.figures:
+        atomic_write_bytes(out_dir / figure.file, figure.png)
+        written.append(out_dir / figure.file)
+    atomic_write_bytes(out_dir / REPORT_NAME, report.markdown.encode("utf-8"))
+    return [out_dir / REPORT_NAME, *written]
+
+
+def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int = 4) -> list[Path]:
+    """Read and check every input, build the report in memory, then write ``out_dir/report.md`` and the PNGs."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out}: not a directory")
+    check_writable(out / REPORT_NAME, inputs=list(paths))
+    if prompts < 0:
+        raise BadInput(f"--prompts must be >= 0, got {prompts}")
+    if is_curve_input(paths):  # the 1-D world (flow1d): curve tables instead of per-image evaluations
+        return write_report(build_curve_report(load_curve_inputs(paths)), out)
+    inputs = load_inputs(paths)
+    check_inputs(inputs)
+    return write_report(build_report(inputs, prompts), out)
+
+
+def report_command(
+    inputs: list[Path] = typer.Argument(..., help="Evaluation tables (recast.eval/1), run folders (recast.run/1), "
+                                                  "gain tables (recast.gains/1) and judgement files "
+                                                  "(recast.judgements/1), in any mix."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder for report.md and the figures (PNG)."),
+    prompts: int = typer.Option(4, "--prompts", help="Prompts per sample grid (0: no sample grids)."),
+) -> None:
+    """Stage 2: the paper's tables and figures (Tables 1-4, 6-10; Fig. 1, 5; curves; samples) as Markdown + PNG."""
+    from rich.console import Console
+
+    written = make_report(inputs, out_dir, prompts=prompts)
+    Console().print(f"wrote {written[0]} and {len(written) - 1} figures", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report`` to the ``recast`` app."""
+    app.command("report")(report_command)

@@ -52,8 +52,6 @@ from recast_cli.artifacts.run import (
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics, write_metrics
 from recast_cli.artifacts.kinds import FOLDER_MARKERS, READERS, artifact_kind, artifact_schema
 
-# removed when report/ lands: report.py still imports the old private name
-_decode_metadata = decode_metadata
 
 __all__ = [
     "PROVENANCE_KEYS", "FolderLock", "Provenance", "Source", "atomic_output", "atomic_write_bytes", "check_writable",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from recast_cli.report.build import Report
 from recast_cli.report.figures import figure_curves, figure_links, figures_curve_weights
-from recast_cli.report.inputs import MODE_LABEL, TRAINED, CurveInputs, budget_label
+from recast_cli.report.inputs import MODE_LABEL, ARM_ORDER, CurveInputs, budget_label
 from recast_cli.report.statistics import contrasts, endpoint_grid, primary, secondary
 from recast_cli.report.tables import table_arms, table_contrasts, table_curve_inputs, table_final_rewards
 
@@ -26,7 +26,7 @@ def build_curve_report(inputs: CurveInputs) -> Report:
     first = next(c for c in curves)
     seeds = sorted({c.seed for c in curves if c.mode != "base"})
     budgets = sorted({c.budget for c in curves if c.mode != "base"})
-    arms = [m for m in TRAINED if any(c.mode == m for c in curves)]
+    arms = [m for m in ARM_ORDER if any(c.mode == m for c in curves)]
     parts = ["# ReCAST report — the 1-D world\n",
              f"Setting `{meta['setting']['name']}`; rewards {', '.join(first.table.scorers[:-1])}; arms "
              f"{', '.join(MODE_LABEL[m] for m in arms)}; budgets {', '.join(budget_label(b) for b in budgets)}; "

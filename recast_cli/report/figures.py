@@ -21,8 +21,8 @@ from recast_cli.artifacts import GainTable, WeightMatrix, atomic_write_bytes
 from recast_cli.errors import BadInput
 from recast_cli.report.inputs import (
     MODE_LABEL,
-    MODES,
-    TRAINED,
+    MODE_ORDER,
+    ARM_ORDER,
     Budget,
     Curve,
     Evaluation,
@@ -179,7 +179,7 @@ def figures_weights(runs: Sequence[Run]) -> list[Figure]:
         if run.weights is not None and run.mode in ("recast", "nosink", "reversed"):
             found.setdefault((run.mode, run.budget), {})[_digest(run.weights)] = run.weights
     figures = []
-    for (mode, budget), by_key in sorted(found.items(), key=lambda kv: (MODES.index(kv[0][0]), kv[0][1])):
+    for (mode, budget), by_key in sorted(found.items(), key=lambda kv: (MODE_ORDER.index(kv[0][0]), kv[0][1])):
         for k, key in enumerate(sorted(by_key)):
             w = by_key[key]
             suffix = f"-{k + 1}" if len(by_key) > 1 else ""
@@ -209,7 +209,7 @@ def figure_training_curves(runs: Sequence[Run]) -> Figure | None:
         rows = math.ceil(len(budgets) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
         for ax, budget in zip(axes.ravel(), budgets):
-            for mode in TRAINED:
+            for mode in ARM_ORDER:
                 curves = [r.curve for r in with_curves if r.budget == budget and r.mode == mode]
                 if not curves:
                     continue
@@ -331,7 +331,7 @@ def figure_curves(curves: Sequence[Curve]) -> Figure:
         cols = min(len(budgets), 3)
         fig, axes = plt.subplots(1, cols, figsize=(4.6 * cols, 3.6), squeeze=False)
         for ax, budget in zip(axes.ravel(), budgets):
-            for mode in TRAINED:
+            for mode in ARM_ORDER:
                 runs = [c.table for c in curves if c.mode == mode and c.budget == budget]
                 series = []
                 for t in runs:
@@ -374,7 +374,7 @@ def figures_curve_weights(runs: Sequence[WeightMatrix], gains: Sequence[tuple[st
     exact = next((g for n, g in gains if g.meta.get("sampling") == "exact"), None)
     figures = []
     for budget, by_mode in sorted(found.items()):
-        order = [m for m in (*TRAINED, "recast (sampled gains)") if m in by_mode]
+        order = [m for m in (*ARM_ORDER, "recast (sampled gains)") if m in by_mode]
 
         def draw(by_mode=by_mode, order=order, budget=budget) -> Any:
             plt = _pyplot()

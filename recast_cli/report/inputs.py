@@ -15,26 +15,28 @@ from recast_cli.artifacts import (
     CURVE_SCHEMA,
     EVAL_SCHEMA,
     GAINS_SCHEMA,
+    RUN_SCHEMA,
     WEIGHTS_SCHEMA,
     CurveTable,
     EvalTable,
     GainTable,
     WeightMatrix,
     artifact_schema,
+    decode_metadata,
     read_curve,
     read_eval,
     read_gains,
+    read_run,
     read_weights,
     sha256_file,
 )
-from recast_cli.artifacts import _decode_metadata as decode_metadata
 from recast_cli.errors import BadInput
 
-RUN_SCHEMA = "recast.run/1"  # written by train/trainer.py (not imported: it pulls in torch)
 JUDGEMENTS_SCHEMA = "recast.judgements/1"
 
-MODES = ("base", "static", "nosink", "recast", "reversed")
-TRAINED = ("static", "nosink", "recast", "reversed")
+#: the order a report lists arms in (trained arms: the W modes of artifacts.MODES, plus the base model)
+ARM_ORDER = ("static", "nosink", "recast", "reversed")
+MODE_ORDER = ("base", *ARM_ORDER)
 MODE_LABEL = {"base": "base", "static": "static", "nosink": "no-Sink", "recast": "ReCAST", "reversed": "reversed"}
 AGGREGATE = "Aggregate r"  # the row / column of r = Σ_i λ_i·r_i (a space: never a scorer name)
 
@@ -174,8 +176,8 @@ def load_inputs(paths: Sequence[str | Path]) -> Inputs:
         else:
             inputs.judgements.append(_read_judgements(given))
     # a fixed order, whatever the order of the arguments: tables, figures and messages follow it
-    inputs.evals.sort(key=lambda e: (MODES.index(e.mode), e.budget, e.seed is None, e.seed or 0, e.name, e.sha256))
-    inputs.runs.sort(key=lambda r: (MODES.index(r.mode), r.budget, r.seed is None, r.seed or 0, r.name, r.sha256))
+    inputs.evals.sort(key=lambda e: (MODE_ORDER.index(e.mode), e.budget, e.seed is None, e.seed or 0, e.name, e.sha256))
+    inputs.runs.sort(key=lambda r: (MODE_ORDER.index(r.mode), r.budget, r.seed is None, r.seed or 0, r.name, r.sha256))
     inputs.gains.sort(key=lambda g: (g.checkpoint is not None, g.label, g.name, g.sha256))
     inputs.judgements.sort(key=lambda j: (j.name, j.sha256))
     return inputs
@@ -214,23 +216,15 @@ def _json_file(path: Path) -> dict[str, Any]:
 
 
 def _read_run(folder: Path) -> Run:
-    record = _json_file(folder / "run.json")
-    where = str(folder / "run.json")
-    try:
-        mode, rewards, lam, sigmas = record["mode"], record["rewards"], record["lambda"], record["sigmas"]
-        setting = record["config"]["setting"]
-        seed = record["config"].get("train", {}).get("seed")
-        budget = tuple(float(x) for x in lam)
-        grid = tuple(float(s) for s in sigmas)
-    except (KeyError, TypeError, AttributeError, ValueError):
-        raise BadInput(f"{where}: not a recast.run/1 record (needs mode, rewards, lambda, sigmas, config.setting)") \
-            from None
-    if mode not in TRAINED:
-        raise BadInput(f"{where}: mode {mode!r} is not one of {', '.join(TRAINED)}")
+    record = read_run(folder)  # BadInput naming what is wrong with run.json
+    seed = record.config.get("train", {}).get("seed") if isinstance(record.config.get("train"), dict) else None
+    mode, rewards, setting = record.mode, record.rewards, record.setting
+    budget = tuple(float(x) for x in record.lam)
+    grid = tuple(float(s) for s in record.sigmas)
     weights = read_weights(folder / "weights.safetensors") if (folder / "weights.safetensors").is_file() else None
     curve: dict[int, float] = {}
     if (folder / "metrics.parquet").is_file():
-        from recast_cli.train.metrics import read_metrics
+        from recast_cli.artifacts.metrics import read_metrics
 
         metrics = read_metrics(folder / "metrics.parquet")
         for step, value in zip(metrics.column("step").to_pylist(), metrics.column("aggregate").to_pylist()):
@@ -440,7 +434,7 @@ def load_curve_inputs(paths: Sequence[str | Path]) -> CurveInputs:
     keys = [(c.mode, c.budget, c.seed, tuple(c.table.points)) for c in inputs.curves]
     if len(set(keys)) != len(keys):
         raise BadInput("two curve tables evaluate the same run at the same points")
-    inputs.curves.sort(key=lambda c: (("base", *TRAINED).index(c.mode), c.budget, c.seed or 0, c.name))
+    inputs.curves.sort(key=lambda c: (("base", *ARM_ORDER).index(c.mode), c.budget, c.seed or 0, c.name))
     inputs.gains.sort(key=lambda g: g[0])
     inputs.weights.sort(key=lambda w: w[0])
     inputs.runs = [read_weights(run / "weights.safetensors") for run in sorted(runs)

@@ -10,7 +10,7 @@ import numpy as np
 
 from recast_cli.artifacts import CurveTable
 from recast_cli.errors import BadInput
-from recast_cli.report.inputs import MODE_LABEL, TRAINED, Budget, Curve, Evaluation, budget_label
+from recast_cli.report.inputs import MODE_LABEL, ARM_ORDER, Budget, Curve, Evaluation, budget_label
 
 VERDICT_TIE = "equal"
 CONTRASTS = ("recast", "reversed", "nosink")
@@ -54,7 +54,7 @@ class Grid:
         trained = [e for e in evals if e.mode != "base"]
         self.cells = {(e.mode, e.budget, e.seed): e.means() for e in trained}
         self.budgets = sorted({e.budget for e in trained})
-        self.modes = [m for m in TRAINED if any(e.mode == m for e in trained)]
+        self.modes = [m for m in ARM_ORDER if any(e.mode == m for e in trained)]
         base = [e for e in evals if e.mode == "base"]
         self.base = {b: base[0].means(b) for b in self.budgets} if base and self.budgets else {}
         self.rewards = list(evals[0].table.meta["rewards"]) if evals else []

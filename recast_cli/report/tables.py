@@ -13,8 +13,8 @@ import numpy as np
 from recast_cli.report.inputs import (
     AGGREGATE,
     MODE_LABEL,
-    MODES,
-    TRAINED,
+    MODE_ORDER,
+    ARM_ORDER,
     Budget,
     Curve,
     Evaluation,
@@ -56,12 +56,12 @@ def table_inputs(inputs: Inputs) -> str:
     """Every input with its kind, what it holds and its digest, in a fixed order."""
     rows = []
     for e in inputs.evals:
-        rows.append(((0, MODES.index(e.mode), e.budget, e.seed is None, e.seed or 0, e.name),
+        rows.append(((0, MODE_ORDER.index(e.mode), e.budget, e.seed is None, e.seed or 0, e.name),
                      [e.name, "evaluation", MODE_LABEL[e.mode], budget_label(e.budget) if e.mode != "base" else "—",
                       "—" if e.seed is None else str(e.seed), "—" if e.step is None else str(e.step), e.sha256[:12]]))
     for r in inputs.runs:
         last = max(r.curve) if r.curve else None
-        rows.append(((1, MODES.index(r.mode), r.budget, r.seed is None, r.seed or 0, r.name),
+        rows.append(((1, MODE_ORDER.index(r.mode), r.budget, r.seed is None, r.seed or 0, r.name),
                      [r.name, "run", MODE_LABEL[r.mode], budget_label(r.budget),
                       "—" if r.seed is None else str(r.seed), "—" if last is None else str(last), r.sha256[:12]]))
     for g in inputs.gains:
@@ -239,7 +239,7 @@ def table_contrasts(items: Sequence[Contrast]) -> str:
 def table_arms(grid: dict[tuple[str, Budget, int], float]) -> str:
     """An endpoint per λ and arm: mean ± sd over seeds."""
     budgets = sorted({b for (_, b, _) in grid})
-    modes = [m for m in TRAINED if any(k[0] == m for k in grid)]
+    modes = [m for m in ARM_ORDER if any(k[0] == m for k in grid)]
     rows = []
     for b in budgets:
         cells = [budget_label(b)]
@@ -262,7 +262,7 @@ def table_final_rewards(curves: Sequence[Curve]) -> str:
         rewards = c.table.scorers[:-1]
         by.setdefault((c.mode, c.budget if c.mode != "base" else ()), []).append(c.table.mean[max(sde)[1], :-1])
     rows = []
-    for (mode, budget), values in sorted(by.items(), key=lambda kv: (("base", *TRAINED).index(kv[0][0]), kv[0][1])):
+    for (mode, budget), values in sorted(by.items(), key=lambda kv: (("base", *ARM_ORDER).index(kv[0][0]), kv[0][1])):
         arr = np.array(values)
         rows.append([MODE_LABEL[mode], budget_label(budget) if budget else "—", str(len(values)),
                      *(fixed(v, 4) for v in arr.mean(axis=0))])

@@ -62,7 +62,8 @@ from recast_cli.policy.sd3 import SD3Conditioning
 from recast_cli.prompts import prompt_stream
 from recast_cli.train.objective import gaussian_kl, ppo_terms
 from recast_cli.seeds import train_seeds
-from recast_cli.train.trainer import Batch, Trainer, plan_run
+from recast_cli.train.plan import plan_run
+from recast_cli.train.trainer import Batch, Trainer
 
 SETTING = "toy"
 SAMPLE_STEP = 1  # the training step whose prompts and noise both sides sample

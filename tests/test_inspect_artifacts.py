@@ -146,10 +146,10 @@ def world(tmp_path_factory) -> dict:
 
 
 def test_tags_spelled_out_in_summary_match_their_modules():
-    from recast_cli.train.trainer import RUN_SCHEMA as TRAINER_RUN_SCHEMA
+    from recast_cli.train.plan import RUN_SCHEMA as PLAN_RUN_SCHEMA
 
     assert (JUDGEMENTS_SCHEMA, CHECKPOINT_SCHEMA, RUN_SCHEMA) == (judge.SCHEMA, ckpt.CHECKPOINT_SCHEMA,
-                                                                  TRAINER_RUN_SCHEMA)
+                                                                  PLAN_RUN_SCHEMA)
     assert IMAGE_SCORES_SCHEMA == SCORING_SCHEMA
     assert dict(FOLDER_MARKERS)["run.json"] == RUN_SCHEMA
     assert dict(FOLDER_MARKERS)["manifest.json"] == CHECKPOINT_SCHEMA

@@ -37,7 +37,8 @@ def train_command(
     """Stage 2: train with W frozen (Flow-GRPO-style; static, ReCAST and no-Sink differ only in W)."""
     from recast_cli.settings import load_setting
     from recast_cli.train.config import apply_overrides, config_from_setting
-    from recast_cli.train.trainer import Trainer, plan_run
+    from recast_cli.train.plan import plan_run
+    from recast_cli.train.trainer import Trainer
 
     s = load_setting(setting)
     cfg = config_from_setting(s.raw, s.file)

@@ -17,7 +17,7 @@ from typing import Any
 
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, STEP_COLUMNS, TIMING_COLUMNS, read_metrics, write_metrics
 
-__all__ = ["METRICS_SCHEMA", "STEP_COLUMNS", "TIMING_COLUMNS", "MetricsLog", "read_metrics"]
+__all__ = ["METRICS_SCHEMA", "STEP_COLUMNS", "TIMING_COLUMNS", "MetricsLog", "read_metrics", "step_metrics"]
 
 
 class MetricsLog:
@@ -58,3 +58,26 @@ class MetricsLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def step_metrics(cfg, W, lam, trained: int, all_rewards, adv, stats: dict[str, float], lr: float, *,
+                 sample_s: float, update_s: float) -> dict[str, Any]:
+    """One step's metrics rows from its gathered rewards [P·G, m] and advantages A_i [P·G, m].
+
+    ``adv_abs`` of reward i at step t is the mean |T'·W_{i,t}·A_i| (its share of E13's A_t);
+    ``step_adv_abs`` the mean |A_t| after clipping; ``aggregate`` Σ_i λ_i·mean r_i.
+    """
+    import numpy as np
+
+    from recast_cli.train.objective import step_advantages
+
+    means = all_rewards.mean(dim=0).numpy()
+    stds = all_rewards.std(dim=0, unbiased=False).numpy()
+    Tw = W * trained
+    per_reward = {name: {"reward_mean": float(means[i]), "reward_std": float(stds[i]),
+                         "adv_abs": (adv[:, i].abs()[:, None] * Tw[i][None, :]).mean(dim=0).tolist()}
+                  for i, name in enumerate(cfg.rewards)}
+    full_t = step_advantages(adv, W, clip=cfg.adv_clip, trained=trained)
+    scalars = {"aggregate": float(np.dot(lam, means)), **stats, "lr": lr,
+               "images": int(len(all_rewards)), "sample_s": sample_s, "update_s": update_s}
+    return {"per_reward": per_reward, "scalars": scalars, "step_adv_abs": full_t.abs().mean(dim=0).tolist()}

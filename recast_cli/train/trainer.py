@@ -34,76 +34,19 @@ import numpy as np
 import torch
 from accelerate.utils import DistributedType
 
-from recast_cli.artifacts import (
-    RUN_SCHEMA,
-    FolderLock,
-    RunRecord,
-    RunRecordError,
-    WeightMatrix,
-    atomic_write_bytes,
-    read_run,
-    read_weights,
-    write_run,
-)
+from recast_cli.artifacts import FolderLock, RunRecord, atomic_write_bytes, write_run
 from recast_cli.errors import BadInput
-from recast_cli.prompts import load_prompts, prompt_stream
+from recast_cli.prompts import prompt_stream
 from recast_cli.seeds import train_seeds
 from recast_cli.train import checkpoint as ckpt
-from recast_cli.train.config import TrainConfig, check_config, trained_steps
-from recast_cli.train.metrics import MetricsLog
+from recast_cli.train.config import trained_steps
+from recast_cli.train.metrics import MetricsLog, step_metrics
 from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
 from recast_cli.train.params import Parameters
+from recast_cli.train.plan import Plan, check_fsdp, weights_key
 
 
-# ------------------------------------------------------------------ W against the setting and the sampler
-
-
-def static_weights(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray,
-                   steps: list[int] | None = None) -> WeightMatrix:
-    """The static W of a setting: ``W_{i,t} = λ̂_i / T'`` on the T' trained ``steps``, 0 elsewhere."""
-    T = len(sigmas_desc) - 1
-    trained = sorted(steps) if steps is not None else list(range(1, T + 1))
-    from recast_cli.sinkhorn import lambda_hat
-
-    lam_hat = lambda_hat(np.asarray(lam, dtype=np.float64))
-    W = np.zeros((len(lam_hat), T))
-    W[:, np.array(trained) - 1] = lam_hat[:, None] / len(trained)
-    return WeightMatrix(W=W, gain=np.zeros_like(W), rewards=rewards, lam=tuple(float(x) for x in lam),
-                        mode="static", tau=1.0, sigmas=np.asarray(sigmas_desc, dtype=np.float64),
-                        info={"built_by": "recast train --weights static"}, trained_steps=tuple(trained))
-
-
-def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, shift: float | None, where: str) -> None:
-    """BadInput unless W is for the setting's rewards (same order), λ, the sampler's grid and
-    the steps the trainer trains (E13 spends W only there)."""
-    if tuple(w.rewards) != tuple(cfg.rewards):
-        raise BadInput(f"{where} is for rewards ({', '.join(w.rewards)}), the setting trains "
-                       f"({', '.join(cfg.rewards)}) in that order")
-    T = len(sigmas_desc) - 1
-    skip = T - len(trained_steps(T, cfg.train_fraction))
-    grid = f"flowmatch --shift {shift:g}" if shift else "linear"
-    hint = f"`recast solve-w --steps {T} --grid {grid}" + (f" --skip-clean {skip}`" if skip else "`")
-    if w.T != T:
-        raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
-    if np.max(np.abs(np.asarray(w.sigmas) - sigmas_desc)) > 1e-6:
-        raise BadInput(f"{where} is on another σ grid than the sampler's (same T = {T}); resample it with {hint}")
-    from recast_cli.sinkhorn import lambda_hat
-
-    a, b = lambda_hat(np.asarray(w.lam)), lambda_hat(np.asarray(cfg.lam))
-    if np.max(np.abs(a - b)) > 1e-9:
-        raise BadInput(f"{where} was solved for lambda {list(w.lam)}, the run uses {list(cfg.lam)} "
-                       "(pass --lambda or solve W again)")
-    trained = set(trained_steps(T, cfg.train_fraction))
-    weighted = {t for t in range(1, T + 1) if np.any(w.W[:, t - 1] != 0)}
-    if weighted - trained:
-        raise BadInput(f"{where} puts weight on step(s) {sorted(weighted - trained)}, which the trainer does not "
-                       f"train (it trains t = {min(trained)}…{max(trained)}); solve it with --skip-clean {skip}")
-    if trained - weighted:
-        raise BadInput(f"{where} gives trained step(s) {sorted(trained - weighted)} a zero column; "
-                       f"solve it with --skip-clean {skip}")
-
-
-# ------------------------------------------------------------------ the run
+# ------------------------------------------------------------------ the trainer
 
 
 @dataclass
@@ -117,118 +60,6 @@ class Batch:
     rewards: torch.Tensor  # [B, m] float64
 
 
-@dataclass
-class Plan:
-    """Everything resolved and checked before the first byte is written."""
-
-    setting: Any
-    cfg: TrainConfig
-    weights: WeightMatrix
-    weights_source: str  # a path, or "static"
-    prompts: list[str]
-    run: Path
-    resume_from: Path | None
-    init_from: Path | None
-    device: str | None
-
-
-def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
-             device: str | None, sigmas_desc: np.ndarray | None = None, shift: float | None = None) -> Plan:
-    """Resolve and check a run; raises BadInput for anything the user can fix (nothing is written)."""
-    from recast_cli.settings import check_prompts, load_setting
-
-    setting = load_setting(setting_name)
-    if setting.policy.kind not in TRAINABLE:
-        raise BadInput(f"setting {setting.name!r}: recast train needs a trainable policy ({', '.join(TRAINABLE)}), "
-                       f"not {setting.policy.kind!r}")
-    if setting.policy.kind == "flow1d" and cfg.lora_rank != 0:
-        raise BadInput(f"setting {setting.name!r}: a flow1d policy trains its residual MLP in full; "
-                       f"set [train] lora_rank = 0 (got {cfg.lora_rank})")
-    check_config(cfg)
-    prompts, _ = load_prompts(cfg.prompts)
-    check_prompts(setting.policy, prompts)
-    if sigmas_desc is None:
-        sigmas_desc, shift = scheduler_grid(setting.policy)
-    if weights == "static":
-        w = static_weights(cfg.rewards, cfg.lam, sigmas_desc, trained_steps(len(sigmas_desc) - 1, cfg.train_fraction))
-    else:
-        w = read_weights(weights)
-        check_weights(w, cfg, sigmas_desc, shift, weights)
-    resume_from = None
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out {out} is a file, not a run folder")
-    if out.is_dir() and (out / "run.json").exists():
-        record = read_run_record(out)
-        if not resume:
-            raise BadInput(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
-        found = ckpt.list_checkpoints(out)
-        if found:
-            resume_from = found[-1][1]
-            _, state = ckpt.read_checkpoint(resume_from)
-            _check_same_run(state, cfg, w, weights, resume_from)
-        elif record.config.get("weights_key") != weights_key(w) or \
-                record.config.get("run_key", cfg.run_key()) != cfg.run_key():
-            raise BadInput(f"--resume: {out} holds the start of another run (another W or configuration) and no "
-                           "checkpoint; choose another --out")
-    elif out.is_dir():
-        if resume:
-            raise BadInput(f"--resume: {out} holds no recast run (no run.json); drop --resume to start one in a new "
-                           "or empty folder")
-        if any(out.iterdir()):
-            raise BadInput(f"--out {out} is not empty and holds no recast run; choose a new or empty folder")
-    init_from = None
-    if init is not None:
-        from recast_cli.train.params import resolve_adapter
-
-        p = Path(init)
-        if not p.exists():
-            raise BadInput(f"--init {init}: no such checkpoint")
-        if (p / "checkpoints").is_dir() or (p / "manifest.json").is_file():
-            folder = ckpt.latest_checkpoint(p) if (p / "checkpoints").is_dir() else p
-            if folder is None:
-                raise BadInput(f"--init {init}: the run has no complete checkpoint")
-            ckpt.read_checkpoint(folder)
-            init_from = folder / "adapter"
-        else:
-            init_from = resolve_adapter(p).parent
-    return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device)
-
-
-#: Policy kinds ``recast train`` can update.
-TRAINABLE = ("sd3", "flow1d")
-
-
-def scheduler_grid(spec) -> tuple[np.ndarray, float | None]:
-    """σ_T … σ_0 of the setting's sampler, from its scheduler config alone (no weights loaded);
-    the shift is None on the linear grid of the 1-D world."""
-    if spec.kind == "flow1d":
-        from recast_cli.grid import GridSpec
-
-        return GridSpec("linear").sigmas(spec.steps)[::-1].copy(), None
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    from recast_cli.policy.sd3 import check_model_folder
-
-    folder = check_model_folder(spec.path)
-    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler", local_files_only=True)
-    scheduler.set_timesteps(spec.steps)
-    return scheduler.sigmas.detach().to("cpu", torch.float64).numpy(), float(scheduler.config.shift)
-
-
-def read_run_record(folder: Path) -> RunRecord:
-    """``folder/run.json`` (``read_run``); BadInput for anything else (e.g. a stray run.json), worded for --out."""
-    try:
-        return read_run(folder)
-    except RunRecordError as exc:
-        if exc.problem in ("missing", "json"):
-            raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (not JSON)") from None
-        if exc.problem in ("object", "schema", "config"):
-            raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (schema {exc.tag!r}); "
-                           "choose another --out") from None
-        raise
-
-
 class RunLock(FolderLock):
     """The run folder's lock, held while training: a second ``recast train`` on the same folder
     gets one line and exit 2 instead of mixing its checkpoints and metrics into the first one's."""
@@ -237,41 +68,189 @@ class RunLock(FolderLock):
         super().__init__(folder, "another recast train")
 
 
-def _check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str, where: Path) -> None:
-    if state.get("run_key") != cfg.run_key():
-        raise BadInput(f"--resume: checkpoint {where} belongs to a run with another configuration "
-                       f"(run key {state.get('run_key')}, this run {cfg.run_key()})")
-    if state.get("weights_key") != weights_key(w):
-        raise BadInput(f"--resume: checkpoint {where} was trained with another W than {weights}")
-
-
-def weights_key(w: WeightMatrix) -> str:
-    import hashlib
-
-    digest = hashlib.sha256(np.ascontiguousarray(w.W, dtype=np.float64).tobytes())
-    digest.update(repr((tuple(w.rewards), w.mode)).encode())
-    return digest.hexdigest()[:16]
-
-
-def _check_fsdp(acc, cfg: TrainConfig, plan: Plan) -> None:
-    """What the trainer supports under FSDP (pipelines/accelerate/fsdp.yaml); BadInput for the rest.
-
-    FSDP1 with ``use_orig_params`` keeps the parameter objects the optimizer was built on (it
-    swaps their data for shard views); FSDP2 replaces them by DTensors. Checkpoints gather the
-    adapter, not the sharded optimizer moments or EMA, so those cannot be resumed yet.
-    """
-    if acc.is_fsdp2:
-        raise BadInput("recast train supports FSDP version 1 only (fsdp_version: 1 in the accelerate config)")
-    if not acc.state.fsdp_plugin.use_orig_params:
-        raise BadInput("recast train under FSDP needs fsdp_use_orig_params: true (LoRA trains a few of each "
-                       "block's tensors)")
-    if cfg.ema_decay > 0 or plan.resume_from is not None:
-        raise BadInput("under FSDP the optimizer state and EMA are sharded and checkpoints do not gather them: "
-                       "no --resume and no ema_decay (use pipelines/accelerate/ddp.yaml)")
-
-
 class Trainer:
     """Holds the policy, the trainable parameters, the optimizer and the run folder."""
+
+    # ------------------------------------------------------------------ the loop
+
+    def train(self, max_steps: int | None = None) -> int:
+        """Iterate to ``max_steps`` (the config's by default), saving every ``save_every`` steps.
+
+        The run folder's lock is held while training and released when this returns.
+        """
+        if self.rank == 0 and self.lock is None:
+            self.lock = RunLock(self.run)
+        try:
+            return self._train(max_steps)
+        finally:
+            self.close()
+
+    def _train(self, max_steps: int | None) -> int:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        goal = self.cfg.max_steps if max_steps is None else max_steps
+        columns = [TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("reward {task.fields[agg]:.4f}  loss {task.fields[loss]:+.2e}  "
+                              "kl {task.fields[kl]:.2e}  {task.fields[ips]:.1f} img/s"), TimeRemainingColumn()]
+        from rich.console import Console
+
+        with Progress(*columns, console=Console(stderr=True), disable=self.quiet or self.rank > 0) as progress:
+            task = progress.add_task("train", total=goal, completed=min(self.step, goal), agg=math.nan,
+                                     loss=0.0, kl=0.0, ips=0.0)
+            while self.step < goal:
+                row = self.train_step()
+                s = row["scalars"]
+                if self.metrics is not None:
+                    self.metrics.add(self.step, row["per_reward"], s, row["step_adv_abs"])
+                    self.metrics.write()
+                if self.step % self.cfg.save_every == 0 or self.step == goal:
+                    self.save()
+                    self.acc.wait_for_everyone()
+                elapsed = s["sample_s"] + s["update_s"]
+                progress.update(task, completed=self.step, agg=s["aggregate"], loss=s["loss"], kl=s["kl"],
+                                ips=s["images"] / max(elapsed, 1e-9))
+        if self.metrics is not None:
+            self.metrics.close()
+        return self.step
+
+    def train_step(self) -> dict[str, Any]:
+        """One iteration: sample, score, advantages, update; returns the metrics row material."""
+        step = self.step
+        lr = self.learning_rate(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        batch = self.sample(step)
+        all_rewards = self.gather_rewards(batch)
+        adv, adv_t = self.advantages(all_rewards)
+        t1 = time.perf_counter()
+        stats = self.update(batch, adv_t, step)
+        t2 = time.perf_counter()
+        self.step = step + 1
+        return step_metrics(self.cfg, self.W, self.lam, len(self.steps), all_rewards, adv, stats, lr,
+                            sample_s=t1 - t0, update_s=t2 - t1)
+
+    # ------------------------------------------------------------------ one iteration: sample → rewards → E13 → update
+
+    @torch.no_grad()
+    def sample(self, step: int) -> Batch:
+        """Sample and score this process's groups of iteration ``step`` (rewards overlap sampling)."""
+        cfg, G = self.cfg, self.cfg.group_size
+        order = prompt_stream(len(self.plan.prompts), cfg.seed, step * cfg.prompts_per_step, cfg.prompts_per_step)
+        groups = list(self.local_groups())
+        prompts = [self.plan.prompts[int(order[g])] for g in groups for _ in range(G)]
+        index = np.array([g * G + k for g in groups for k in range(G)], dtype=np.int64)
+        seeds = torch.from_numpy(train_seeds(cfg.seed, step, index))
+        for prompt in dict.fromkeys(prompts):  # one at a time: a batch's roundoff would depend on the process count
+            self.policy.encode_prompts([prompt])
+        cond = self.policy.encode_prompts(prompts)
+        states, log_probs, futures = [], [], []
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for lo in range(0, len(prompts), cfg.sample_batch):
+                idx = torch.arange(lo, min(lo + cfg.sample_batch, len(prompts)))
+                traj = self.policy.sample(cond.take(idx), self.noise_level, seeds[idx])
+                states.append(traj.states)
+                log_probs.append(traj.log_probs)
+                images = self.policy.decode(traj.states[:, -1])
+                futures.append(pool.submit(self._score, images, prompts[lo: lo + len(idx)]))
+            rewards = torch.cat([f.result() for f in futures])
+        return Batch(prompts, cond, torch.cat(states), torch.cat(log_probs), rewards)
+
+    def _score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        cols = []
+        for name, scorer in zip(self.cfg.rewards, self.scorers):
+            values = np.asarray(scorer.score(images.cpu(), prompts), dtype=np.float64)
+            if values.shape != (len(prompts),) or not np.all(np.isfinite(values)):
+                raise RuntimeError(f"reward {name} returned {values.shape} values or non-finite scores")
+            cols.append(torch.from_numpy(values))
+        return torch.stack(cols, dim=1)
+
+    def gather_rewards(self, batch: Batch) -> torch.Tensor:
+        """Every process's rewards in global group order [P·G, m]."""
+        if self.world == 1:
+            return batch.rewards
+        return self.acc.gather(batch.rewards.to(self.acc.device)).cpu()
+
+    def advantages(self, all_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A_i over all images [P·G, m], A_t of this process's images [B, T]) — E13 with clipping."""
+        adv = group_advantages(all_rewards, self.cfg.group_size, global_std=self.cfg.adv_std == "global")
+        per = (self.cfg.prompts_per_step // self.world) * self.cfg.group_size
+        local = adv[self.rank * per: (self.rank + 1) * per]
+        return adv, step_advantages(local, self.W, clip=self.cfg.adv_clip, trained=len(self.steps))
+
+    def pair_loss(self, batch: Batch, adv_t: torch.Tensor, pairs: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
+        """Summed loss of (image, step) pairs, all steps in one batched forward; with its parts."""
+        dev = self.policy.device
+        b = torch.as_tensor(pairs[:, 0], dtype=torch.long)
+        t = torch.as_tensor(pairs[:, 1], dtype=torch.long)
+        j = self.T - t
+        x = batch.states[b, j].to(dev)
+        prev = batch.states[b, j + 1].to(dev)
+        cond = batch.cond.take(b)
+        out = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
+        old = batch.log_probs[b, j].to(dev)
+        A = adv_t[b, t - 1].to(dev, out.log_prob.dtype)
+        pg, clipped = ppo_terms(out.log_prob, old, A, self.cfg.clip_range)
+        loss = pg
+        kl = torch.zeros_like(pg)
+        if self.cfg.beta_kl > 0:
+            with torch.no_grad(), self.params.reference_policy(self.policy):
+                ref = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
+            dt = (self.policy.sigmas[t - 1] - self.policy.sigmas[t]).to(dev)
+            kl = gaussian_kl(out.mean, ref.mean, out.std, dt, self.cfg.kl_form)
+            loss = pg + self.cfg.beta_kl * kl
+        parts = {"policy_loss": float(pg.detach().sum()), "kl": float(kl.detach().sum()),
+                 "clipped": float(clipped.float().sum()), "loss": float(loss.detach().sum())}
+        return loss.sum(), parts
+
+    def update(self, batch: Batch, adv_t: torch.Tensor, step: int) -> dict[str, float]:
+        """``updates_per_step`` optimizer steps over this iteration's (image, trained step) pairs."""
+        cfg = self.cfg
+        pairs = np.array([(b, t) for b in range(len(batch.prompts)) for t in self.steps], dtype=np.int64)
+        pairs = pairs[np.random.default_rng([cfg.seed, step, 0xADADAD]).permutation(len(pairs))]
+        totals = {"policy_loss": 0.0, "kl": 0.0, "clipped": 0.0, "loss": 0.0}
+        grad_norm = 0.0
+        model = self.policy.denoiser
+        for chunk in np.array_split(pairs, cfg.updates_per_step):
+            micro = [chunk[i: i + cfg.micro_batch] for i in range(0, len(chunk), cfg.micro_batch)]
+            for k, part in enumerate(micro):
+                last = k == len(micro) - 1
+                sync = contextlib.nullcontext() if last or self.world == 1 else self.acc.no_sync(model)
+                with sync:
+                    loss, parts = self.pair_loss(batch, adv_t, part)
+                    self.acc.backward(loss / len(chunk))
+                for key in totals:
+                    totals[key] += parts[key]
+            # FSDP: the model's own clip (the global norm over shards) runs only when given all its parameters
+            norm = self.acc.clip_grad_norm_(list(model.parameters()) if self.fsdp else self.params.tensors,
+                                            cfg.grad_clip)
+            grad_norm = float(norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.ema is not None:
+                with torch.no_grad():
+                    for name, p in self.params.named:
+                        self.ema[name].mul_(cfg.ema_decay).add_(p.detach(), alpha=1 - cfg.ema_decay)
+        n = len(pairs)
+        stats = {key: value / n for key, value in totals.items()}
+        stats["clip_frac"] = stats.pop("clipped")
+        stats["grad_norm"] = grad_norm
+        if self.world > 1:
+            reduced = self.acc.reduce(torch.tensor([stats["policy_loss"], stats["kl"], stats["clip_frac"],
+                                                    stats["loss"]], device=self.acc.device), "mean").cpu()
+            stats.update(zip(("policy_loss", "kl", "clip_frac", "loss"), (float(v) for v in reduced)))
+        return stats
+
+    def learning_rate(self, step: int) -> float:
+        if self.cfg.lr_schedule == "warmup" and self.cfg.warmup_steps > 0:
+            return self.cfg.learning_rate * min(1.0, (step + 1) / self.cfg.warmup_steps)
+        return self.cfg.learning_rate
+
+    def local_groups(self) -> range:
+        per = self.cfg.prompts_per_step // self.world
+        return range(self.rank * per, (self.rank + 1) * per)
+
+    # ------------------------------------------------------------------ set-up
 
     def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, tensorboard: bool = True):
         from accelerate import Accelerator
@@ -317,7 +296,7 @@ class Trainer:
             raise BadInput(f"launched with an FSDP config, but accelerate runs {self.acc.distributed_type.value} here "
                            "(it does FSDP on GPUs only); use pipelines/accelerate/ddp.yaml on CPUs")
         if self.fsdp:  # not exercised by the tests (accelerate does FSDP on GPUs only); DDP is the tested path
-            _check_fsdp(self.acc, cfg, plan)
+            check_fsdp(self.acc, cfg, plan)
         if self.world > 1:
             self.policy.denoiser = self.acc.prepare(transformer)
         if self.fsdp:
@@ -442,188 +421,3 @@ class Trainer:
                 self.params.save(folder / "adapter_ema", ema_state)
 
         return ckpt.save_checkpoint(self.run, self.step, write_files, tensors, state, self.cfg.keep_checkpoints)
-
-    # ------------------------------------------------------------------ one iteration
-
-    def learning_rate(self, step: int) -> float:
-        if self.cfg.lr_schedule == "warmup" and self.cfg.warmup_steps > 0:
-            return self.cfg.learning_rate * min(1.0, (step + 1) / self.cfg.warmup_steps)
-        return self.cfg.learning_rate
-
-    def local_groups(self) -> range:
-        per = self.cfg.prompts_per_step // self.world
-        return range(self.rank * per, (self.rank + 1) * per)
-
-    @torch.no_grad()
-    def sample(self, step: int) -> Batch:
-        """Sample and score this process's groups of iteration ``step`` (rewards overlap sampling)."""
-        cfg, G = self.cfg, self.cfg.group_size
-        order = prompt_stream(len(self.plan.prompts), cfg.seed, step * cfg.prompts_per_step, cfg.prompts_per_step)
-        groups = list(self.local_groups())
-        prompts = [self.plan.prompts[int(order[g])] for g in groups for _ in range(G)]
-        index = np.array([g * G + k for g in groups for k in range(G)], dtype=np.int64)
-        seeds = torch.from_numpy(train_seeds(cfg.seed, step, index))
-        for prompt in dict.fromkeys(prompts):  # one at a time: a batch's roundoff would depend on the process count
-            self.policy.encode_prompts([prompt])
-        cond = self.policy.encode_prompts(prompts)
-        states, log_probs, futures = [], [], []
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            for lo in range(0, len(prompts), cfg.sample_batch):
-                idx = torch.arange(lo, min(lo + cfg.sample_batch, len(prompts)))
-                traj = self.policy.sample(cond.take(idx), self.noise_level, seeds[idx])
-                states.append(traj.states)
-                log_probs.append(traj.log_probs)
-                images = self.policy.decode(traj.states[:, -1])
-                futures.append(pool.submit(self._score, images, prompts[lo: lo + len(idx)]))
-            rewards = torch.cat([f.result() for f in futures])
-        return Batch(prompts, cond, torch.cat(states), torch.cat(log_probs), rewards)
-
-    def _score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        cols = []
-        for name, scorer in zip(self.cfg.rewards, self.scorers):
-            values = np.asarray(scorer.score(images.cpu(), prompts), dtype=np.float64)
-            if values.shape != (len(prompts),) or not np.all(np.isfinite(values)):
-                raise RuntimeError(f"reward {name} returned {values.shape} values or non-finite scores")
-            cols.append(torch.from_numpy(values))
-        return torch.stack(cols, dim=1)
-
-    def gather_rewards(self, batch: Batch) -> torch.Tensor:
-        """Every process's rewards in global group order [P·G, m]."""
-        if self.world == 1:
-            return batch.rewards
-        return self.acc.gather(batch.rewards.to(self.acc.device)).cpu()
-
-    def advantages(self, all_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(A_i over all images [P·G, m], A_t of this process's images [B, T]) — E13 with clipping."""
-        adv = group_advantages(all_rewards, self.cfg.group_size, global_std=self.cfg.adv_std == "global")
-        per = (self.cfg.prompts_per_step // self.world) * self.cfg.group_size
-        local = adv[self.rank * per: (self.rank + 1) * per]
-        return adv, step_advantages(local, self.W, clip=self.cfg.adv_clip, trained=len(self.steps))
-
-    def pair_loss(self, batch: Batch, adv_t: torch.Tensor, pairs: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
-        """Summed loss of (image, step) pairs, all steps in one batched forward; with its parts."""
-        dev = self.policy.device
-        b = torch.as_tensor(pairs[:, 0], dtype=torch.long)
-        t = torch.as_tensor(pairs[:, 1], dtype=torch.long)
-        j = self.T - t
-        x = batch.states[b, j].to(dev)
-        prev = batch.states[b, j + 1].to(dev)
-        cond = batch.cond.take(b)
-        out = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
-        old = batch.log_probs[b, j].to(dev)
-        A = adv_t[b, t - 1].to(dev, out.log_prob.dtype)
-        pg, clipped = ppo_terms(out.log_prob, old, A, self.cfg.clip_range)
-        loss = pg
-        kl = torch.zeros_like(pg)
-        if self.cfg.beta_kl > 0:
-            with torch.no_grad(), self.params.reference_policy(self.policy):
-                ref = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
-            dt = (self.policy.sigmas[t - 1] - self.policy.sigmas[t]).to(dev)
-            kl = gaussian_kl(out.mean, ref.mean, out.std, dt, self.cfg.kl_form)
-            loss = pg + self.cfg.beta_kl * kl
-        parts = {"policy_loss": float(pg.detach().sum()), "kl": float(kl.detach().sum()),
-                 "clipped": float(clipped.float().sum()), "loss": float(loss.detach().sum())}
-        return loss.sum(), parts
-
-    def update(self, batch: Batch, adv_t: torch.Tensor, step: int) -> dict[str, float]:
-        """``updates_per_step`` optimizer steps over this iteration's (image, trained step) pairs."""
-        cfg = self.cfg
-        pairs = np.array([(b, t) for b in range(len(batch.prompts)) for t in self.steps], dtype=np.int64)
-        pairs = pairs[np.random.default_rng([cfg.seed, step, 0xADADAD]).permutation(len(pairs))]
-        totals = {"policy_loss": 0.0, "kl": 0.0, "clipped": 0.0, "loss": 0.0}
-        grad_norm = 0.0
-        model = self.policy.denoiser
-        for chunk in np.array_split(pairs, cfg.updates_per_step):
-            micro = [chunk[i: i + cfg.micro_batch] for i in range(0, len(chunk), cfg.micro_batch)]
-            for k, part in enumerate(micro):
-                last = k == len(micro) - 1
-                sync = contextlib.nullcontext() if last or self.world == 1 else self.acc.no_sync(model)
-                with sync:
-                    loss, parts = self.pair_loss(batch, adv_t, part)
-                    self.acc.backward(loss / len(chunk))
-                for key in totals:
-                    totals[key] += parts[key]
-            # FSDP: the model's own clip (the global norm over shards) runs only when given all its parameters
-            norm = self.acc.clip_grad_norm_(list(model.parameters()) if self.fsdp else self.params.tensors,
-                                            cfg.grad_clip)
-            grad_norm = float(norm)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.ema is not None:
-                with torch.no_grad():
-                    for name, p in self.params.named:
-                        self.ema[name].mul_(cfg.ema_decay).add_(p.detach(), alpha=1 - cfg.ema_decay)
-        n = len(pairs)
-        stats = {key: value / n for key, value in totals.items()}
-        stats["clip_frac"] = stats.pop("clipped")
-        stats["grad_norm"] = grad_norm
-        if self.world > 1:
-            reduced = self.acc.reduce(torch.tensor([stats["policy_loss"], stats["kl"], stats["clip_frac"],
-                                                    stats["loss"]], device=self.acc.device), "mean").cpu()
-            stats.update(zip(("policy_loss", "kl", "clip_frac", "loss"), (float(v) for v in reduced)))
-        return stats
-
-    def train_step(self) -> dict[str, Any]:
-        """One iteration: sample, score, advantages, update; returns the metrics row material."""
-        step = self.step
-        lr = self.learning_rate(step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        t0 = time.perf_counter()
-        batch = self.sample(step)
-        all_rewards = self.gather_rewards(batch)
-        adv, adv_t = self.advantages(all_rewards)
-        t1 = time.perf_counter()
-        stats = self.update(batch, adv_t, step)
-        t2 = time.perf_counter()
-        self.step = step + 1
-        means = all_rewards.mean(dim=0).numpy()
-        stds = all_rewards.std(dim=0, unbiased=False).numpy()
-        Tw = self.W * len(self.steps)
-        per_reward = {name: {"reward_mean": float(means[i]), "reward_std": float(stds[i]),
-                             "adv_abs": (adv[:, i].abs()[:, None] * Tw[i][None, :]).mean(dim=0).tolist()}
-                      for i, name in enumerate(self.cfg.rewards)}
-        full_t = step_advantages(adv, self.W, clip=self.cfg.adv_clip, trained=len(self.steps))
-        scalars = {"aggregate": float(np.dot(self.lam, means)), **stats, "lr": lr,
-                   "images": int(len(all_rewards)), "sample_s": t1 - t0, "update_s": t2 - t1}
-        return {"per_reward": per_reward, "scalars": scalars, "step_adv_abs": full_t.abs().mean(dim=0).tolist()}
-
-    def train(self, max_steps: int | None = None) -> int:
-        """Iterate to ``max_steps`` (the config's by default), saving every ``save_every`` steps.
-
-        The run folder's lock is held while training and released when this returns.
-        """
-        if self.rank == 0 and self.lock is None:
-            self.lock = RunLock(self.run)
-        try:
-            return self._train(max_steps)
-        finally:
-            self.close()
-
-    def _train(self, max_steps: int | None) -> int:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        goal = self.cfg.max_steps if max_steps is None else max_steps
-        columns = [TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("reward {task.fields[agg]:.4f}  loss {task.fields[loss]:+.2e}  "
-                              "kl {task.fields[kl]:.2e}  {task.fields[ips]:.1f} img/s"), TimeRemainingColumn()]
-        from rich.console import Console
-
-        with Progress(*columns, console=Console(stderr=True), disable=self.quiet or self.rank > 0) as progress:
-            task = progress.add_task("train", total=goal, completed=min(self.step, goal), agg=math.nan,
-                                     loss=0.0, kl=0.0, ips=0.0)
-            while self.step < goal:
-                row = self.train_step()
-                s = row["scalars"]
-                if self.metrics is not None:
-                    self.metrics.add(self.step, row["per_reward"], s, row["step_adv_abs"])
-                    self.metrics.write()
-                if self.step % self.cfg.save_every == 0 or self.step == goal:
-                    self.save()
-                    self.acc.wait_for_everyone()
-                elapsed = s["sample_s"] + s["update_s"]
-                progress.update(task, completed=self.step, agg=s["aggregate"], loss=s["loss"], kl=s["kl"],
-                                ips=s["images"] / max(elapsed, 1e-9))
-        if self.metrics is not None:
-            self.metrics.close()
-        return self.step

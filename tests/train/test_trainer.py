@@ -22,7 +22,8 @@ from recast_cli.train.config import TrainConfig, config_from_setting
 from recast_cli.train.metrics import TIMING_COLUMNS, read_metrics
 from recast_cli.train.objective import group_advantages, step_advantages
 from recast_cli.train.params import LORA_FILE
-from recast_cli.train.trainer import Trainer, plan_run, static_weights
+from recast_cli.train.plan import plan_run, static_matrix
+from recast_cli.train.trainer import Trainer
 
 # Losses and gradients of two mathematically identical advantage tensors: the model runs in
 # float32, so agreement is demanded to float32 round-off (in practice they are bit-equal).
@@ -90,7 +91,7 @@ def test_static_W_gives_the_lambda_hat_weighted_advantage_at_every_step(probe, c
     adv = group_advantages(batch.rewards, cfg.group_size, global_std=cfg.adv_std == "global")
     assert adv.abs().max() > 0.1  # the toy rewards differ within the groups
     lam_hat = torch.tensor(cfg.lam, dtype=torch.float64) / sum(cfg.lam)
-    W = torch.as_tensor(static_weights(cfg.rewards, cfg.lam, np.linspace(1, 0, T + 1), trainer.steps).W)
+    W = torch.as_tensor(static_matrix(cfg.rewards, cfg.lam, np.linspace(1, 0, T + 1), trainer.steps).W)
     by_e13 = step_advantages(adv, W, clip=cfg.adv_clip, trained=len(trainer.steps))
     # Σ_i λ̂_i·A_i on every trained step (E13 with T'), 0 on the untrained cleanest step
     trained = [t - 1 for t in trainer.steps]

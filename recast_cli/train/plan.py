@@ -1,0 +1,206 @@
+"""Planning a ``recast train`` run: every check before the first byte is written (METHOD.md §6).
+
+:func:`plan_run` resolves the setting, the ``[train]`` table, the prompts, the sampler's σ grid
+and W (the static matrix, or a ``solve-w`` file checked against the run), and decides whether
+``--out`` starts, restarts or resumes a run. Nothing here loads a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from recast_cli.artifacts import RUN_SCHEMA, RunRecord, RunRecordError, WeightMatrix, read_run, read_weights
+from recast_cli.errors import BadInput
+from recast_cli.prompts import load_prompts
+from recast_cli.sinkhorn import lambda_hat, static_weights
+from recast_cli.train import checkpoint as ckpt
+from recast_cli.train.config import TrainConfig, check_config, trained_steps
+
+#: Policy kinds ``recast train`` can update.
+TRAINABLE = ("sd3", "flow1d")
+
+
+def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray,
+                   steps: list[int] | None = None) -> WeightMatrix:
+    """The static W of a setting as a matrix artifact: :func:`~recast_cli.sinkhorn.static_weights`
+    (``W_{i,t} = λ̂_i / T'``) on the T' trained ``steps``, 0 elsewhere."""
+    T = len(sigmas_desc) - 1
+    trained = sorted(steps) if steps is not None else list(range(1, T + 1))
+    W = np.zeros((len(lam), T))
+    W[:, np.array(trained) - 1] = static_weights(np.asarray(lam, dtype=np.float64), len(trained))
+    return WeightMatrix(W=W, gain=np.zeros_like(W), rewards=rewards, lam=tuple(float(x) for x in lam),
+                        mode="static", tau=1.0, sigmas=np.asarray(sigmas_desc, dtype=np.float64),
+                        info={"built_by": "recast train --weights static"}, trained_steps=tuple(trained))
+
+
+def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, shift: float | None, where: str) -> None:
+    """BadInput unless W is for the setting's rewards (same order), λ, the sampler's grid and
+    the steps the trainer trains (E13 spends W only there)."""
+    if tuple(w.rewards) != tuple(cfg.rewards):
+        raise BadInput(f"{where} is for rewards ({', '.join(w.rewards)}), the setting trains "
+                       f"({', '.join(cfg.rewards)}) in that order")
+    T = len(sigmas_desc) - 1
+    skip = T - len(trained_steps(T, cfg.train_fraction))
+    grid = f"flowmatch --shift {shift:g}" if shift else "linear"
+    hint = f"`recast solve-w --steps {T} --grid {grid}" + (f" --skip-clean {skip}`" if skip else "`")
+    if w.T != T:
+        raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
+    if np.max(np.abs(np.asarray(w.sigmas) - sigmas_desc)) > 1e-6:
+        raise BadInput(f"{where} is on another σ grid than the sampler's (same T = {T}); resample it with {hint}")
+    a, b = lambda_hat(np.asarray(w.lam)), lambda_hat(np.asarray(cfg.lam))
+    if np.max(np.abs(a - b)) > 1e-9:
+        raise BadInput(f"{where} was solved for lambda {list(w.lam)}, the run uses {list(cfg.lam)} "
+                       "(pass --lambda or solve W again)")
+    trained = set(trained_steps(T, cfg.train_fraction))
+    weighted = {t for t in range(1, T + 1) if np.any(w.W[:, t - 1] != 0)}
+    if weighted - trained:
+        raise BadInput(f"{where} puts weight on step(s) {sorted(weighted - trained)}, which the trainer does not "
+                       f"train (it trains t = {min(trained)}…{max(trained)}); solve it with --skip-clean {skip}")
+    if trained - weighted:
+        raise BadInput(f"{where} gives trained step(s) {sorted(trained - weighted)} a zero column; "
+                       f"solve it with --skip-clean {skip}")
+
+
+@dataclass
+class Plan:
+    """Everything resolved and checked before the first byte is written."""
+
+    setting: Any
+    cfg: TrainConfig
+    weights: WeightMatrix
+    weights_source: str  # a path, or "static"
+    prompts: list[str]
+    run: Path
+    resume_from: Path | None
+    init_from: Path | None
+    device: str | None
+
+
+def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
+             device: str | None, sigmas_desc: np.ndarray | None = None, shift: float | None = None) -> Plan:
+    """Resolve and check a run; raises BadInput for anything the user can fix (nothing is written)."""
+    from recast_cli.settings import check_prompts, load_setting
+
+    setting = load_setting(setting_name)
+    if setting.policy.kind not in TRAINABLE:
+        raise BadInput(f"setting {setting.name!r}: recast train needs a trainable policy ({', '.join(TRAINABLE)}), "
+                       f"not {setting.policy.kind!r}")
+    if setting.policy.kind == "flow1d" and cfg.lora_rank != 0:
+        raise BadInput(f"setting {setting.name!r}: a flow1d policy trains its residual MLP in full; "
+                       f"set [train] lora_rank = 0 (got {cfg.lora_rank})")
+    check_config(cfg)
+    prompts, _ = load_prompts(cfg.prompts)
+    check_prompts(setting.policy, prompts)
+    if sigmas_desc is None:
+        sigmas_desc, shift = scheduler_grid(setting.policy)
+    if weights == "static":
+        w = static_matrix(cfg.rewards, cfg.lam, sigmas_desc, trained_steps(len(sigmas_desc) - 1, cfg.train_fraction))
+    else:
+        w = read_weights(weights)
+        check_weights(w, cfg, sigmas_desc, shift, weights)
+    resume_from = None
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out} is a file, not a run folder")
+    if out.is_dir() and (out / "run.json").exists():
+        record = read_run_record(out)
+        if not resume:
+            raise BadInput(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+        found = ckpt.list_checkpoints(out)
+        if found:
+            resume_from = found[-1][1]
+            _, state = ckpt.read_checkpoint(resume_from)
+            check_same_run(state, cfg, w, weights, resume_from)
+        elif record.config.get("weights_key") != weights_key(w) or \
+                record.config.get("run_key", cfg.run_key()) != cfg.run_key():
+            raise BadInput(f"--resume: {out} holds the start of another run (another W or configuration) and no "
+                           "checkpoint; choose another --out")
+    elif out.is_dir():
+        if resume:
+            raise BadInput(f"--resume: {out} holds no recast run (no run.json); drop --resume to start one in a new "
+                           "or empty folder")
+        if any(out.iterdir()):
+            raise BadInput(f"--out {out} is not empty and holds no recast run; choose a new or empty folder")
+    init_from = None
+    if init is not None:
+        from recast_cli.train.params import resolve_adapter
+
+        p = Path(init)
+        if not p.exists():
+            raise BadInput(f"--init {init}: no such checkpoint")
+        if (p / "checkpoints").is_dir() or (p / "manifest.json").is_file():
+            folder = ckpt.latest_checkpoint(p) if (p / "checkpoints").is_dir() else p
+            if folder is None:
+                raise BadInput(f"--init {init}: the run has no complete checkpoint")
+            ckpt.read_checkpoint(folder)
+            init_from = folder / "adapter"
+        else:
+            init_from = resolve_adapter(p).parent
+    return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device)
+
+
+def scheduler_grid(spec) -> tuple[np.ndarray, float | None]:
+    """σ_T … σ_0 of the setting's sampler, from its scheduler config alone (no weights loaded);
+    the shift is None on the linear grid of the 1-D world."""
+    if spec.kind == "flow1d":
+        from recast_cli.grid import GridSpec
+
+        return GridSpec("linear").sigmas(spec.steps)[::-1].copy(), None
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from recast_cli.policy.sd3 import check_model_folder
+
+    folder = check_model_folder(spec.path)
+    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler", local_files_only=True)
+    scheduler.set_timesteps(spec.steps)
+    return scheduler.sigmas.detach().to("cpu", torch.float64).numpy(), float(scheduler.config.shift)
+
+
+def read_run_record(folder: Path) -> RunRecord:
+    """``folder/run.json`` (``read_run``); BadInput for anything else (e.g. a stray run.json), worded for --out."""
+    try:
+        return read_run(folder)
+    except RunRecordError as exc:
+        if exc.problem in ("missing", "json"):
+            raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (not JSON)") from None
+        if exc.problem in ("object", "schema", "config"):
+            raise BadInput(f"{exc.path} is not a {RUN_SCHEMA} record (schema {exc.tag!r}); "
+                           "choose another --out") from None
+        raise
+
+
+def check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str, where: Path) -> None:
+    if state.get("run_key") != cfg.run_key():
+        raise BadInput(f"--resume: checkpoint {where} belongs to a run with another configuration "
+                       f"(run key {state.get('run_key')}, this run {cfg.run_key()})")
+    if state.get("weights_key") != weights_key(w):
+        raise BadInput(f"--resume: checkpoint {where} was trained with another W than {weights}")
+
+
+def weights_key(w: WeightMatrix) -> str:
+    digest = hashlib.sha256(np.ascontiguousarray(w.W, dtype=np.float64).tobytes())
+    digest.update(repr((tuple(w.rewards), w.mode)).encode())
+    return digest.hexdigest()[:16]
+
+
+def check_fsdp(acc, cfg: TrainConfig, plan: Plan) -> None:
+    """What the trainer supports under FSDP (pipelines/accelerate/fsdp.yaml); BadInput for the rest.
+
+    FSDP1 with ``use_orig_params`` keeps the parameter objects the optimizer was built on (it
+    swaps their data for shard views); FSDP2 replaces them by DTensors. Checkpoints gather the
+    adapter, not the sharded optimizer moments or EMA, so those cannot be resumed yet.
+    """
+    if acc.is_fsdp2:
+        raise BadInput("recast train supports FSDP version 1 only (fsdp_version: 1 in the accelerate config)")
+    if not acc.state.fsdp_plugin.use_orig_params:
+        raise BadInput("recast train under FSDP needs fsdp_use_orig_params: true (LoRA trains a few of each "
+                       "block's tensors)")
+    if cfg.ema_decay > 0 or plan.resume_from is not None:
+        raise BadInput("under FSDP the optimizer state and EMA are sharded and checkpoints do not gather them: "
+                       "no --resume and no ema_decay (use pipelines/accelerate/ddp.yaml)")

@@ -20,7 +20,7 @@ import ot
 from rich.console import Console
 from rich.table import Table
 
-from recast_cli.sinkhorn import indiscriminable_rows, log_affinity, marginal_error, mean_normalised_gain, sinkhorn_log
+from recast_cli.solve.sinkhorn import indiscriminable_rows, log_affinity, marginal_error, mean_normalised_gain, sinkhorn_log
 
 TOL = 1e-10
 TARGETS_MS = {(4, 25): 1.0, (64, 1000): 50.0}

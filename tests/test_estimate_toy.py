@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from recast_cli.artifacts import PositiveSample, read_gains, read_scores, write_positives_manifest
 from recast_cli.cli import app
-from recast_cli.sample import png_bytes
+from recast_cli.policy.sample import png_bytes
 from tests.conftest import tiny_toy_setting
 from recast_cli.toy.renderer import render
 

@@ -31,7 +31,7 @@ from recast_cli.rewards import judge
 from recast_cli.rewards.scoring import SCHEMA as SCORING_SCHEMA
 from recast_cli.rewards.scoring import ScoreTable as ImageScores
 from recast_cli.rewards.scoring import read_score_table, write_score_table
-from recast_cli.summary import (
+from recast_cli.report.summary import (
     CHECKPOINT_SCHEMA,
     IMAGE_SCORES_SCHEMA,
     JUDGEMENTS_SCHEMA,

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from recast_cli.artifacts import EvalImage, EvalTable, WeightMatrix, write_eval, write_gains, write_weights
 from recast_cli.cli import app
 from recast_cli.rewards import judge
-from recast_cli.sinkhorn import solve_weights
+from recast_cli.solve.sinkhorn import solve_weights
 from recast_cli.train.metrics import MetricsLog
 from tests.conftest import make_table
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from recast_cli.policy import sde_step
+from recast_cli.policy.sde import sde_step
 
 
 def closed_form(x, v, sigma, sigma_next, a):

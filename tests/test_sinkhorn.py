@@ -7,7 +7,7 @@ import ot
 import pytest
 
 from recast_cli.grid import GridSpec
-from recast_cli.sinkhorn import (
+from recast_cli.solve.sinkhorn import (
     indiscriminable_rows,
     log_affinity,
     mean_normalised_gain,

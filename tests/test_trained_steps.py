@@ -58,7 +58,7 @@ def test_without_skip_clean_a_skipping_trainer_would_lose_the_weight_of_step_one
     # the solve over trained columns uses only their gains: the same as solving the sub-table
     sub = tmp_path / "sub.parquet"
     write_gains(sub, make_table(0.05 * bump_gains([8, 5, 1], [1.5, 1.5, 1.0], 10)[:, 1:]), config={})
-    from recast_cli.sinkhorn import solve_weights
+    from recast_cli.solve.sinkhorn import solve_weights
 
     direct = solve_weights(read_gains(gains10).gain[:, 1:], np.array([1.0, 2.0, 1.0]))
     np.testing.assert_allclose(skipped.W[:, 1:], direct.W, atol=1e-12)

@@ -1,6 +1,6 @@
-"""Flow-matching policies behind one protocol (ARCHITECTURE.md, "The policy protocol")."""
+"""Flow-matching policies behind one protocol (ARCHITECTURE.md, "The policy protocol").
 
-from recast_cli.policy.base import Conditioning, FlowPolicy, StepOutput, Trajectory, step_noise
-from recast_cli.policy.sde import sde_step
-
-__all__ = ["Conditioning", "FlowPolicy", "StepOutput", "Trajectory", "sde_step", "step_noise"]
+``base`` is the protocol (step, mixed-t rollouts, trajectories), ``sde`` the E1 step, ``sd3``,
+``gmm1d`` and ``flow1d`` the policies, ``sample`` and ``commands`` ``recast sample``. Nothing is
+imported here, so that ``recast --help`` loads no torch.
+"""

@@ -1,9 +1,8 @@
-"""The positives commands of ``recast``: ``sample-positive`` and ``compare-gains`` (``register`` adds them)."""
+"""``recast sample-positive``: the Typer command over :mod:`recast_cli.positives.collect` and its sources."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -152,35 +151,6 @@ def _summary(report, source: str) -> None:
     out.print(table)
 
 
-def compare_gains_command(
-    a: Path = typer.Argument(..., help="Gain table A (recast.gains/1)."),
-    b: Path = typer.Argument(..., help="Gain table B on the same grid."),
-    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-) -> None:
-    """Per reward: Pearson and Spearman correlation of two gain curves, peak t of each, ratio of totals (Table 5)."""
-    from recast_cli.compare import compare_gains
-
-    result = compare_gains(a, b)
-    if as_json:
-        sys.stdout.write(json.dumps(result, indent=2, allow_nan=False) + "\n")
-        return
-    table = Table(title=f"gains of B = {b} against A = {a} (T = {result['T']})", title_justify="left")
-    for column in ("reward", "Pearson", "Spearman", "peak t A", "peak t B", "total A", "total B", "B / A"):
-        table.add_column(column, justify="left" if column == "reward" else "right")
-
-    def num(x: float | None, fmt: str = ".3f") -> str:
-        return "—" if x is None else format(x, fmt)
-
-    for row in result["rewards"]:
-        table.add_row(row["reward"], num(row["pearson"]), num(row["spearman"]), str(row["peak_t_a"]),
-                      str(row["peak_t_b"]), num(row["total_a"], ".4g"), num(row["total_b"], ".4g"), num(row["ratio"]))
-    out.print(table)
-    for side in ("a", "b"):
-        if result[f"only_in_{side}"]:
-            out.print(f"only in {side.upper()}: {', '.join(result[f'only_in_{side}'])}")
-
-
 def register(app: typer.Typer) -> None:
     app.command("sample-positive")(sample_positive_command)
-    app.command("compare-gains")(compare_gains_command)
 

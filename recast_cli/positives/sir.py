@@ -23,7 +23,7 @@ from scipy.special import logsumexp
 
 from recast_cli.errors import BadInput
 from recast_cli.positives.collect import Job, Outcome, PositiveSource
-from recast_cli.sample import to_pil
+from recast_cli.policy.sample import to_pil
 from recast_cli.seeds import IMAGE_STRIDE
 
 

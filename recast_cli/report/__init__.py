@@ -16,15 +16,13 @@ formats — so regenerating it from the same artifacts gives the same bytes.
 
 The modules, each importing only the ones before it: inputs (read and check), statistics,
 tables and figures, build (the report of per-image evaluations), curves (of the 1-D world), and
-this one (write, the command).
+this one (write); ``commands`` holds ``recast report``, ``inspect`` (summary.py) and ``plot``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-
-import typer
 
 from recast_cli.artifacts import atomic_write_bytes, check_writable
 from recast_cli.errors import BadInput
@@ -57,22 +55,3 @@ def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int =
     inputs = load_inputs(paths)
     check_inputs(inputs)
     return write_report(build_report(inputs, prompts), out)
-
-
-def report_command(
-    inputs: list[Path] = typer.Argument(..., help="Evaluation tables (recast.eval/1), run folders (recast.run/1), "
-                                                  "gain tables (recast.gains/1) and judgement files "
-                                                  "(recast.judgements/1), in any mix."),
-    out_dir: Path = typer.Option(..., "--out", help="Folder for report.md and the figures (PNG)."),
-    prompts: int = typer.Option(4, "--prompts", help="Prompts per sample grid (0: no sample grids)."),
-) -> None:
-    """Stage 2: the paper's tables and figures (Tables 1-4, 6-10; Fig. 1, 5; curves; samples) as Markdown + PNG."""
-    from rich.console import Console
-
-    written = make_report(inputs, out_dir, prompts=prompts)
-    Console().print(f"wrote {written[0]} and {len(written) - 1} figures", highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``report`` to the ``recast`` app."""
-    app.command("report")(report_command)

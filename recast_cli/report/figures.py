@@ -32,7 +32,7 @@ from recast_cli.report.inputs import (
     budget_slug,
     sort_gains,
 )
-from recast_cli.sinkhorn import indiscriminable_rows, mean_normalised_gain, solve_weights
+from recast_cli.solve.sinkhorn import indiscriminable_rows, mean_normalised_gain, solve_weights
 
 if TYPE_CHECKING:
     import matplotlib.figure

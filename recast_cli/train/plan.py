@@ -18,7 +18,7 @@ import torch
 from recast_cli.artifacts import RUN_SCHEMA, RunRecord, RunRecordError, WeightMatrix, read_run, read_weights
 from recast_cli.errors import BadInput
 from recast_cli.prompts import load_prompts
-from recast_cli.sinkhorn import lambda_hat, static_weights
+from recast_cli.solve.sinkhorn import lambda_hat, static_weights
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, trained_steps
 
@@ -28,7 +28,7 @@ TRAINABLE = ("sd3", "flow1d")
 
 def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray,
                    steps: list[int] | None = None) -> WeightMatrix:
-    """The static W of a setting as a matrix artifact: :func:`~recast_cli.sinkhorn.static_weights`
+    """The static W of a setting as a matrix artifact: :func:`~recast_cli.solve.sinkhorn.static_weights`
     (``W_{i,t} = λ̂_i / T'``) on the T' trained ``steps``, 0 elsewhere."""
     T = len(sigmas_desc) - 1
     trained = sorted(steps) if steps is not None else list(range(1, T + 1))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from recast_cli.artifacts import write_gains
-from recast_cli.compare import compare_gains, correlation, rank_correlation
+from recast_cli.estimate.compare import compare_gains, correlation, rank_correlation
 from recast_cli.grid import GridSpec
 from tests.conftest import bump_gains, make_table
 from tests.positives.common import assert_one_line_exit_2, recast

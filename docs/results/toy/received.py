@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from recast_cli.artifacts import read_gains, read_weights  # noqa: E402
 from recast_cli.grid import GridSpec  # noqa: E402
-from recast_cli.sinkhorn import lambda_hat, resample_gains, solve_weights  # noqa: E402
+from recast_cli.solve.sinkhorn import lambda_hat, resample_gains, solve_weights  # noqa: E402
 
 
 def main(root: Path) -> None:

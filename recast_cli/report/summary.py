@@ -38,7 +38,7 @@ from recast_cli.artifacts import (
     read_run,
 )
 from recast_cli.errors import BadInput
-from recast_cli.sinkhorn import spill_share
+from recast_cli.solve.sinkhorn import spill_share
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 
 SPARK = "▁▂▃▄▅▆▇█"

@@ -16,7 +16,7 @@ import numpy as np
 from recast_cli.artifacts import MODES, Source, WeightMatrix, check_writable, read_gains, write_weights
 from recast_cli.errors import BadInput
 from recast_cli.grid import GRID_KINDS, GridSpec
-from recast_cli.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError, resample_gains, solve_weights, spill_share
+from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError, resample_gains, solve_weights, spill_share
 
 #: The largest grid ``--steps`` accepts (a sampler of more steps than this is not a training grid).
 MAX_STEPS = 10_000

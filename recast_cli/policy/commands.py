@@ -1,0 +1,48 @@
+"""``recast sample``: the Typer command over :mod:`recast_cli.policy.sample`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from recast_cli.errors import BadInput
+
+out = Console()
+
+
+def sample_command(
+    out_dir: Path = typer.Option(..., "--out", help="Folder for the PNGs."),
+    setting: str = typer.Option("toy", help="Setting name (pipelines/NAME.toml) or a .toml path."),
+    prompt: list[str] = typer.Option(..., "--prompt", help="Prompt (repeat for several)."),
+    n: int = typer.Option(4, "--n", help="Images per prompt."),
+    seed: int = typer.Option(0, help="Image i of a prompt uses seed + i."),
+    steps: Optional[int] = typer.Option(None, help="Sampling steps (default: the setting's)."),
+    guidance_scale: Optional[float] = typer.Option(None, "--cfg", help="CFG scale (default: the setting's)."),
+    noise_level: float = typer.Option(0.0, help="SDE noise level a (0: deterministic ODE)."),
+    batch: int = typer.Option(8, help="Images per model batch."),
+    device: Optional[str] = typer.Option(None, help="torch device (default: cuda if available)."),
+) -> None:
+    """Sample images from a setting's policy and write them as PNGs."""
+    from recast_cli.policy.sample import sample_images
+    from recast_cli.settings import build_policy, check_prompts, load_setting
+
+    if n < 1 or batch < 1:
+        raise BadInput("--n and --batch must be at least 1")
+    if steps is not None and steps < 1:
+        raise BadInput(f"--steps must be at least 1, got {steps}")
+    if noise_level < 0:
+        raise BadInput(f"--noise-level must be >= 0, got {noise_level}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"cannot write into {out_dir}: it is not a directory")
+    spec = load_setting(setting).policy
+    check_prompts(spec, prompt)
+    policy = build_policy(spec, device=device, steps=steps, guidance_scale=guidance_scale)
+    paths = sample_images(policy, prompt, n, out_dir, seed=seed, noise_level=noise_level, batch=batch)
+    out.print(f"wrote {len(paths)} images to {out_dir}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sample")(sample_command)

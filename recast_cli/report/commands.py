@@ -1,0 +1,94 @@
+"""``recast report``, ``inspect`` and ``plot``: the Typer commands over :mod:`recast_cli.report`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from recast_cli.errors import BadInput
+
+out = Console()
+
+
+def report_command(
+    inputs: list[Path] = typer.Argument(..., help="Evaluation tables (recast.eval/1), run folders (recast.run/1), "
+                                                  "gain tables (recast.gains/1) and judgement files "
+                                                  "(recast.judgements/1), in any mix."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder for report.md and the figures (PNG)."),
+    prompts: int = typer.Option(4, "--prompts", help="Prompts per sample grid (0: no sample grids)."),
+) -> None:
+    """Stage 2: the paper's tables and figures (Tables 1-4, 6-10; Fig. 1, 5; curves; samples) as Markdown + PNG."""
+    from recast_cli.report import make_report
+
+    written = make_report(inputs, out_dir, prompts=prompts)
+    Console().print(f"wrote {written[0]} and {len(written) - 1} figures", highlight=False)
+
+
+def inspect_command(
+    path: Path = typer.Argument(..., help="Any artifact: a gain, scores, evaluation, metrics, image-scores or "
+                                          "judgements table (.parquet), a weight matrix (.safetensors), or a "
+                                          "positives, run or checkpoint folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write Fig. 1 (gains, normalised gains, W) as PNG."),
+) -> None:
+    """Show any artifact's schema, provenance and summary (per reward, per scorer, per checkpoint)."""
+    from recast_cli.report.summary import load_artifact, render, summarise
+
+    if plot is not None:
+        from recast_cli.artifacts import check_writable
+
+        check_writable(plot, inputs=[path])
+    artifact = load_artifact(path)
+    summary = summarise(artifact)
+    if plot is not None and summary["kind"] not in ("gains", "weights"):
+        raise BadInput(f"--plot draws Fig. 1 from a gain table or a weight matrix; {path} is a {summary['kind']} artifact")
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    else:
+        render(summary, str(path), out)
+    if plot is not None:
+        _write_plot(plot, title=str(path), **{summary["kind"]: artifact})
+
+
+def plot_command(
+    out_path: Path = typer.Option(..., "--out", help="Output PNG."),
+    gains: Optional[Path] = typer.Option(None, "--gains", help="Gain table (recast.gains/1)."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="Weight matrix (recast.weights/1)."),
+    d_curves: bool = typer.Option(False, "--d-curves", help="Plot the D curves with bootstrap bands instead."),
+) -> None:
+    """Write Figure 1 of the paper: per-step gains, mean-normalised gains and W (t/T from clean to noisy)."""
+    from recast_cli.artifacts import check_writable, read_gains, read_weights
+
+    if gains is None and weights is None:
+        raise BadInput("recast plot needs --gains, --weights or both")
+    if d_curves and gains is None:
+        raise BadInput("--d-curves needs --gains")
+    check_writable(out_path, inputs=[gains, weights])
+    table = read_gains(gains) if gains is not None else None
+    if d_curves:
+        from recast_cli.report.figures import figure_d_curves, save_figure
+
+        save_figure(figure_d_curves(table, title=str(gains)), out_path)
+        out.print(f"wrote {out_path}")
+        return
+    matrix = read_weights(weights) if weights is not None else None
+    _write_plot(out_path, title=" + ".join(str(p) for p in (gains, weights) if p is not None),
+                gains=table, weights=matrix)
+
+
+def _write_plot(path: Path, title: str, gains: Any = None, weights: Any = None) -> None:
+    from recast_cli.report.figures import figure_from_artifacts, save_figure
+
+    save_figure(figure_from_artifacts(gains=gains, weights=weights, title=title), path)
+    out.print(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_command)
+    app.command("inspect")(inspect_command)
+    app.command("plot")(plot_command)

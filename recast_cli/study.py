@@ -23,7 +23,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -107,7 +107,7 @@ def load_study(setting: Setting) -> StudySpec:
             raise BadInput(f"{where} budgets lists a budget twice")
         return tuple(parsed)
 
-    def no_budgets() -> None:
+    def no_budgets() -> NoReturn:
         raise BadInput(f"{where} needs budgets = [[λ per reward], ...]")
 
     def seeds(value: Any) -> tuple[int, ...]:
@@ -122,15 +122,8 @@ def load_study(setting: Setting) -> StudySpec:
             raise BadInput(f"{where} modes must be distinct values of {', '.join(MODES)}, got {value!r}")
         return tuple(value)
 
-    def one_of(key: str, choices: tuple[str, ...]) -> Any:
-        def check(value: Any) -> str:
-            if value not in choices:
-                raise BadInput(f"{where} {key} must be one of {', '.join(choices)}, got {value!r}")
-            return value
-        return check
-
     def gains(value: Any) -> str:
-        one_of("gains", STUDY_GAINS)(value)
+        _one_of(value, STUDY_GAINS, f"{where} gains")
         if value == "exact" and setting.policy.kind != "flow1d":
             raise BadInput(f"{where} gains = \"exact\" needs the analytic world (a flow1d policy)")
         return value
@@ -152,7 +145,7 @@ def load_study(setting: Setting) -> StudySpec:
              **{key: (lambda v, key=key, low=low: integer(v, f"{where} {key}", low))
                 for key, low in (("warmup_steps", 0), ("estimate_steps", 1), ("n", 1), ("k", 1), ("p", 1))},
              **{key: (lambda v, key=key: _positive(v, f"{where} {key}")) for key in ("alpha", "tau")},
-             "sampling": one_of("sampling", SAMPLINGS),
+             "sampling": lambda v: _one_of(v, SAMPLINGS, f"{where} sampling"),
              "positives": lambda v: _positives_source(v, setting.file, where),
              "gains": gains, "control": control}
     return parse_table(StudySpec, table, unknown, parse, absent={"budgets": no_budgets}, rewards=rewards)
@@ -167,6 +160,12 @@ def _train_rewards(setting: Setting) -> tuple[str, ...]:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _one_of(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise BadInput(f"{where} must be one of {', '.join(choices)}, got {value!r}")
+    return value
 
 
 def _int_list(value: Any, where: str) -> list[int]:

@@ -4,18 +4,22 @@ A setting names its policy and the defaults of every stage. ``--setting NAME`` r
 ``pipelines/NAME.toml`` of this checkout; ``--setting PATH.toml`` reads any file. Paths inside
 a setting are relative to the file, so a setting folder can be moved as a whole.
 
-This module reads the ``[policy]`` table; later stages add their own tables.
+This module reads the ``[policy]`` table; every other table has its parser beside the code that
+uses it (``[train]`` in ``train/config.py``, ``[evaluate]`` in ``evaluate/config.py``, ``[study]`` in
+``study.py``, ``[rewards.NAME]`` in ``rewards/options.py``), each built with ``parse_table``.
 """
 
 from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from recast_cli.errors import BadInput
+from recast_cli.rewards.options import reward_options as reward_tables
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 POLICY_KINDS = ("sd3", "gmm1d", "flow1d")
@@ -26,6 +30,44 @@ KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate")
 POLICY_TYPES = {"kind": str, "path": str, "steps": int, "guidance_scale": float, "resolution": int,
                 "max_sequence_length": int, "precision": str, "noise_level": float, "prompt_check": str,
                 "features": int, "hidden": int}
+
+
+T = TypeVar("T")
+
+
+def parse_table(cls: type[T], table: dict[str, Any], unknown: Callable[[list[str], list[str]], str],
+                parse: Mapping[str, Callable[[Any], Any]], absent: Mapping[str, Callable[[], Any]] | None = None,
+                names: Mapping[str, str] | None = None, **given: Any) -> T:
+    """A TOML ``table`` as the frozen dataclass ``cls``, checked once, in this order:
+
+    1. keys that name no field of ``cls`` (``names`` maps a key to its field, ``lambda`` → ``lam``,
+       whose own name reads too; the fields ``given`` are no keys):
+       BadInput(``unknown(keys in table order, allowed keys)``);
+    2. for every key of ``parse``, in its order: ``parse[key](value)``, or for a key the table
+       leaves out ``absent[key]()`` where given (each raises BadInput with the table's message);
+       any other field keeps its default;
+    3. ``cls(**given, **values)``.
+    """
+    names = names or {}
+    key_of = {name: key for key, name in names.items()}
+    allowed = [key_of.get(f.name, f.name) for f in fields(cls) if f.name not in given]
+    bad = [key for key in table if key not in allowed and key not in names.values()]
+    if bad:
+        raise BadInput(unknown(bad, allowed))
+    values = {}
+    for key, check in parse.items():
+        if key in table:
+            values[names.get(key, key)] = check(table[key])
+        elif absent and key in absent:
+            values[names.get(key, key)] = absent[key]()
+    return cls(**given, **values)
+
+
+def integer(value: Any, what: str, low: int) -> int:
+    """``value`` if it is an integer >= ``low`` (a boolean is none); BadInput naming ``what`` else."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise BadInput(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -108,12 +150,7 @@ def load_setting(name_or_path: str) -> Setting:
 
 def reward_options(setting: Setting) -> dict[str, dict[str, Any]]:
     """The ``[rewards.NAME]`` option tables of a setting, weight paths made absolute against its folder."""
-    from recast_cli.settings_check import resolve_reward_options
-
-    tables = setting.raw.get("rewards", {})
-    if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
-        raise BadInput(f"{setting.file}: [rewards.NAME] tables must hold the options of reward NAME")
-    return {name: resolve_reward_options(name, opts, setting.file.parent) for name, opts in tables.items()}
+    return reward_tables(setting.raw, setting.file)
 
 
 def check_prompts(spec: PolicySpec, prompts: list[str]) -> None:

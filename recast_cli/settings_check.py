@@ -1,243 +1,48 @@
 """``recast check-setting``: a setting and every path it names, checked without loading a weight.
 
-Also the parser of the ``[study]`` table (``load_study``) that the pipeline driver shares with
-the check; ``[evaluate]`` is parsed by ``recast_cli.evaluate.stage.config_from_setting``. Tables
-of a setting:
+Each table is read by its own parser, the one its stage uses, and then checked here:
 
 * ``[policy]``  the model (``recast_cli.settings``);
 * ``[train]``   the trainer's defaults (``recast_cli.train.config``);
-* ``[rewards.NAME]`` the constructor options of scorer NAME (model paths, device, server url);
+* ``[rewards.NAME]`` the constructor options of scorer NAME (model paths, device, server url;
+  ``recast_cli.rewards.options``);
 * ``[positives]`` ``prompts`` (the estimation prompts) and ``rewards`` (for ``--source self``);
-* ``[study]``   budgets, seeds, modes, warmup and the estimate's budget (``StudySpec``);
-* ``[evaluate]`` held-out prompts, sampling and judges (``recast evaluate``).
+* ``[study]``   budgets, seeds, modes, warmup and the estimate's budget (``recast_cli.study``);
+* ``[evaluate]`` held-out prompts, sampling and judges (``recast_cli.evaluate.config``).
 
 Paths are relative to the setting file. docs/settings.md lists every key.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import typer
-
 from recast_cli.errors import BadInput
+from recast_cli.evaluate.config import config_from_setting as evaluate_config
+from recast_cli.prompts import load_prompts
+from recast_cli.rewards.options import (
+    CONFIG_OR_NAME_OPTIONS,
+    EXTRA_PATH_OPTIONS,
+    resolve_reward_options,
+    weight_specs,
+)
+from recast_cli.rewards.weights import resolve
 from recast_cli.settings import KNOWN_TABLES, Setting, check_prompts, load_setting
+from recast_cli.study import StudySpec, load_study
+from recast_cli.train.config import check_config, config_from_setting as train_config
 
 POSITIVES_KEYS = ("prompts", "rewards")
-MODES = ("static", "recast", "nosink", "reversed")
-SAMPLINGS = ("pplus", "pold")
-STUDY_GAINS = ("estimate", "exact")
-PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
-PATH_SOURCES = ("folder", "diffusers")
-#: Scorer options that name a file but have no WeightSpec (those are found in the scorer's module).
-EXTRA_PATH_OPTIONS = {"geneval": ("metadata",), "hpsv3": ("config",)}
-#: Options that hold a model name or, ending in .json, a config file path.
-CONFIG_OR_NAME_OPTIONS = {"hps": ("arch",)}
 #: What a folder-valued weight must hold to be a transformers model (or processor) folder.
 #: (transformers 5 writes processor_config.json where older releases wrote preprocessor_config.json)
 FOLDER_MARKERS = {("pick", "processor"): ("preprocessor_config.json", "processor_config.json")}
 
 
-# --------------------------------------------------------------------------- [study] and [evaluate]
-
-
-@dataclass(frozen=True)
-class StudySpec:
-    """The sweep of one setting: budgets × seeds × modes after one static warmup (METHOD.md §6–7).
-
-    ``budgets`` hold one λ per reward of ``rewards`` (the ``[train]`` order). The warmup trains
-    ``warmup_steps`` steps with static W and ``[train] lambda`` from the base model; W is then
-    estimated at the warmup checkpoint (``estimate_steps``, ``alpha``, ``n``, ``k``, ``p``,
-    ``sampling``, positives from ``positives``, a ``recast sample-positive --source`` value) and
-    solved per budget and mode with temperature ``tau``.
-    """
-
-    rewards: tuple[str, ...]
-    budgets: tuple[tuple[float, ...], ...]
-    seeds: tuple[int, ...] = (0,)
-    modes: tuple[str, ...] = MODES
-    warmup_steps: int = 0
-    estimate_steps: int = 25
-    alpha: float = 2.0
-    n: int = 8
-    k: int = 16
-    p: int | None = None
-    sampling: str = "pplus"
-    positives: str | None = None
-    tau: float = 1.0
-    gains: str = "estimate"  # what W is solved from: the sampled estimate, or (flow1d) the exact table
-    control: str | None = None  # flow1d: another flow1d setting whose study runs beside this one
-
-    @staticmethod
-    def label(budget: tuple[float, ...]) -> str:
-        """A budget as a file-name part: (1, 1, 1, 2) → ``1-1-1-2``."""
-        return "-".join(f"{x:g}" for x in budget)
-
-    @staticmethod
-    def lambda_arg(budget: tuple[float, ...]) -> str:
-        """A budget as ``--lambda`` takes it: (1, 1, 1, 2) → ``1,1,1,2``."""
-        return ",".join(f"{x:g}" for x in budget)
-
-    def positives_path(self) -> Path | None:
-        """The folder of a ``folder:DIR`` / ``diffusers:PATH`` source (already resolved), else None."""
-        if self.positives and self.positives.split(":", 1)[0] in PATH_SOURCES:
-            return Path(self.positives.split(":", 1)[1])
-        return None
-
-
-def load_study(setting: Setting) -> StudySpec:
-    """The ``[study]`` table, checked (BadInput names the key); paths resolved against the setting."""
-    where = f"{setting.file.name}: [study]"
-    table = _table(setting, "study")
-    rewards = _train_rewards(setting)
-    _no_unknown(table, StudySpec, where, skip=("rewards",))
-    if "budgets" not in table:
-        raise BadInput(f"{where} needs budgets = [[λ per reward], ...]")
-    budgets = table["budgets"]
-    if not isinstance(budgets, list) or not budgets:
-        raise BadInput(f"{where} budgets must be a non-empty list of λ lists")
-    parsed = []
-    for i, budget in enumerate(budgets):
-        if not isinstance(budget, list) or not all(_is_number(x) for x in budget):
-            raise BadInput(f"{where} budgets[{i}] = {budget!r} is not a list of numbers")
-        if len(budget) != len(rewards):
-            raise BadInput(f"{where} budgets[{i}] has {len(budget)} values for {len(rewards)} rewards "
-                           f"({', '.join(rewards)})")
-        if not all(math.isfinite(x) and x > 0 for x in budget):
-            raise BadInput(f"{where} budgets[{i}] = {budget} must hold positive numbers")
-        parsed.append(tuple(float(x) for x in budget))
-    if len(set(parsed)) != len(parsed):
-        raise BadInput(f"{where} budgets lists a budget twice")
-    values: dict[str, Any] = {"rewards": rewards, "budgets": tuple(parsed)}
-    if "seeds" in table:
-        seeds = _int_list(table["seeds"], f"{where} seeds")
-        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-            raise BadInput(f"{where} seeds must be distinct integers >= 0, got {table['seeds']!r}")
-        values["seeds"] = tuple(seeds)
-    if "modes" in table:
-        modes = table["modes"]
-        if (not isinstance(modes, list) or not modes or len(set(map(str, modes))) != len(modes)
-                or any(m not in MODES for m in modes)):
-            raise BadInput(f"{where} modes must be distinct values of {', '.join(MODES)}, got {modes!r}")
-        values["modes"] = tuple(modes)
-    for key, low in (("warmup_steps", 0), ("estimate_steps", 1), ("n", 1), ("k", 1), ("p", 1)):
-        if key in table:
-            values[key] = _int(table[key], f"{where} {key}", low)
-    for key in ("alpha", "tau"):
-        if key in table:
-            values[key] = _positive(table[key], f"{where} {key}")
-    if "sampling" in table:
-        if table["sampling"] not in SAMPLINGS:
-            raise BadInput(f"{where} sampling must be one of {', '.join(SAMPLINGS)}, got {table['sampling']!r}")
-        values["sampling"] = table["sampling"]
-    if "positives" in table:
-        values["positives"] = _positives_source(table["positives"], setting.file, where)
-    if "gains" in table:
-        if table["gains"] not in STUDY_GAINS:
-            raise BadInput(f"{where} gains must be one of {', '.join(STUDY_GAINS)}, got {table['gains']!r}")
-        if table["gains"] == "exact" and setting.policy.kind != "flow1d":
-            raise BadInput(f"{where} gains = \"exact\" needs the analytic world (a flow1d policy)")
-        values["gains"] = table["gains"]
-    if "control" in table:
-        if setting.policy.kind != "flow1d" or not isinstance(table["control"], str):
-            raise BadInput(f"{where} control names another flow1d setting (a .toml path) of a flow1d study")
-        control = (setting.file.parent / table["control"]).resolve()
-        if not control.is_file():
-            raise BadInput(f"{where} control = {table['control']!r}: no such setting ({control})")
-        if control == setting.file.resolve():
-            raise BadInput(f"{where} control names the setting itself")
-        values["control"] = str(control)
-    return StudySpec(**values)
-
-
-def _table(setting: Setting, name: str) -> dict[str, Any]:
-    table = setting.raw.get(name)
-    if not isinstance(table, dict):
-        raise BadInput(f"{setting.file}: no [{name}] table")
-    return table
-
-
-def _train_rewards(setting: Setting) -> tuple[str, ...]:
-    rewards = setting.raw.get("train", {}).get("rewards") if isinstance(setting.raw.get("train"), dict) else None
-    if not isinstance(rewards, list) or not rewards or not all(isinstance(r, str) for r in rewards):
-        raise BadInput(f"{setting.file.name}: [study] budgets need [train] rewards = [\"name\", ...]")
-    return tuple(rewards)
-
-
-def _no_unknown(table: dict[str, Any], cls: type, where: str, skip: tuple[str, ...] = ()) -> None:
-    allowed = sorted(f.name for f in fields(cls) if f.name not in skip)
-    unknown = sorted(set(table) - set(allowed))
-    if unknown:
-        raise BadInput(f"{where}: unknown key {', '.join(unknown)}; allowed: {', '.join(allowed)}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _int(value: Any, where: str, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise BadInput(f"{where} must be an integer >= {low}, got {value!r}")
-    return value
-
-
-def _int_list(value: Any, where: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise BadInput(f"{where} must be a list of integers, got {value!r}")
-    return value
-
-
-def _positive(value: Any, where: str) -> float:
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        raise BadInput(f"{where} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _positives_source(value: Any, setting_file: Path, where: str) -> str:
-    """A ``recast sample-positive --source`` value; the path of folder:/diffusers: resolved."""
-    if not isinstance(value, str):
-        raise BadInput(f"{where} positives must be a string, got {value!r}")
-    kind, _, rest = value.partition(":")
-    if kind in PATH_SOURCES and rest:
-        return f"{kind}:{(setting_file.parent / rest).resolve()}"
-    if value in PLAIN_SOURCES:
-        return value
-    raise BadInput(f"{where} positives = {value!r}: expected one of {', '.join(PLAIN_SOURCES)}, folder:DIR or "
-                   "diffusers:PATH (the sources of recast sample-positive)")
-
-
 # --------------------------------------------------------------------------- scorer options
-
-
-def weight_specs(name: str) -> list:
-    """The ``WeightSpec``s of scorer ``name``: the weights it resolves (found in its module)."""
-    from recast_cli.rewards.registry import scorer_class
-    from recast_cli.rewards.weights import WeightSpec
-
-    module = importlib.import_module(scorer_class(name).__module__)
-    return [v for v in vars(module).values() if isinstance(v, WeightSpec) and v.scorer == name]
-
-
-def reward_path_options(name: str) -> frozenset[str]:
-    """Options of scorer ``name`` that hold paths (resolved relative to the setting file)."""
-    return frozenset({s.option for s in weight_specs(name)} | set(EXTRA_PATH_OPTIONS.get(name, ())))
-
-
-def resolve_reward_options(name: str, options: dict[str, Any], base: Path) -> dict[str, Any]:
-    """``options`` with every relative path option made absolute against ``base`` (the setting's folder)."""
-    paths = reward_path_options(name) if "@" not in name else frozenset()
-    # options that name a model or a JSON config file (hps `arch`): a path when it ends in .json
-    paths |= {k for k, v in options.items() if k in CONFIG_OR_NAME_OPTIONS.get(name.split("@")[0], ())
-              and isinstance(v, str) and v.endswith(".json")}
-    return {k: (str((base / Path(v).expanduser()).resolve()) if (k in paths or k.endswith("path")) and isinstance(v, str)
-                else v) for k, v in options.items()}
 
 
 def check_scorer(name: str, options: dict[str, Any], needed: bool) -> str:
@@ -246,8 +51,7 @@ def check_scorer(name: str, options: dict[str, Any], needed: bool) -> str:
     ``needed``: the setting uses this scorer, so weights it leaves to the environment or the
     HF cache must be found there too. Nothing is loaded.
     """
-    from recast_cli.rewards.registry import scorer_class
-    from recast_cli.rewards.weights import resolve
+    from recast_cli.rewards.registry import scorer_class  # the registry imports torch
 
     cls = scorer_class(name)
     params = inspect.signature(cls).parameters
@@ -281,9 +85,9 @@ def check_scorer(name: str, options: dict[str, Any], needed: bool) -> str:
         if options.get(option) is not None and not Path(options[option]).is_file():
             raise BadInput(f"{option}: file {options[option]} does not exist")
     if name == "geneval" and options.get("metadata") is not None:
-        from recast_cli.rewards.geneval import _read_metadata
+        from recast_cli.rewards.geneval import read_metadata
 
-        found.append(f"metadata={options['metadata']} ({len(_read_metadata(Path(options['metadata'])))} prompts)")
+        found.append(f"metadata={options['metadata']} ({len(read_metadata(Path(options['metadata'])))} prompts)")
     own_check = getattr(cls, "check_options", None)
     if callable(own_check):
         own_check(**options)
@@ -316,9 +120,9 @@ def check_reward_prompts(name: str, options: dict[str, Any], prompts: list[str])
         for prompt in prompts:
             quoted_target(prompt)
     elif base == "geneval":
-        from recast_cli.rewards.geneval import _read_metadata
+        from recast_cli.rewards.geneval import read_metadata
 
-        known = _read_metadata(Path(options["metadata"])) if options.get("metadata") else {}
+        known = read_metadata(Path(options["metadata"])) if options.get("metadata") else {}
         for prompt in prompts:
             if prompt in known or prompt.lstrip().startswith("{"):
                 continue
@@ -373,36 +177,32 @@ class _Checker:
 
 def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
     """Check a setting and every path it names; BadInput on the first problem unless collecting all."""
-    from recast_cli.prompts import load_prompts
-    from recast_cli.train.config import check_config, config_from_setting
-
     setting = load_setting(name_or_path)
     c = _Checker(setting.file, stop_at_first)
     base = setting.file.parent
     c.step("tables", ", ".join(setting.raw), lambda: _check_tables(setting))
     c.step("[policy]", setting.policy.kind, lambda: _check_policy(setting))
-    cfg = c.step("[train]", "config", lambda: _train_config(setting, config_from_setting, check_config))
+    cfg = c.step("[train]", "config", lambda: _train_config(setting))
     options = {}
     rewards_table = setting.raw.get("rewards", {})
     if isinstance(rewards_table, dict):
         options = {n: resolve_reward_options(n, o, base) for n, o in rewards_table.items()
                    if isinstance(o, dict) and _registered(n)}
-    evaluate = c.step("[evaluate]", "table", lambda: _optional(setting, "evaluate", _evaluate_config))
+    evaluate = c.step("[evaluate]", "table", lambda: _optional(setting, "evaluate", lambda s: evaluate_config(s)[0]))
     study = c.step("[study]", "table", lambda: _optional(setting, "study", load_study))
     used = list(cfg.rewards) if cfg is not None else []
     used += [j for j in (evaluate.judges if evaluate else ()) if j not in used]
     for name in dict.fromkeys(used + list(options)):
         c.step(f"scorer {name}", "options, weights", lambda n=name: check_scorer(n, options.get(n, {}), n in used))
     if cfg is not None:
-        c.step("[train] prompts", cfg.prompts, lambda: _check_prompt_file(
-            setting, cfg.prompts, cfg.rewards, options, load_prompts))
+        c.step("[train] prompts", cfg.prompts, lambda: _check_prompt_file(setting, cfg.prompts, cfg.rewards, options))
     c.step("[positives]", "table", lambda: _check_positives(setting, cfg.rewards if cfg else (), options))
     if study is not None:
         c.step("[study] positives", study.positives or "none", lambda: _check_study_sources(setting, study))
     if evaluate is not None:
         train_rewards = cfg.rewards if cfg is not None else ()
-        c.step("[evaluate] prompts", evaluate.prompts, lambda: _check_prompt_file(
-            setting, evaluate.prompts, train_rewards, options, load_prompts))
+        c.step("[evaluate] prompts", evaluate.prompts,
+               lambda: _check_prompt_file(setting, evaluate.prompts, train_rewards, options))
     return c.report
 
 
@@ -458,8 +258,8 @@ def _pixel_step(folder: Path) -> int:
     return 2 ** (len(blocks) - 1) * int(config("transformer").get("patch_size") or 1)
 
 
-def _train_config(setting: Setting, config_from_setting, check_config):
-    cfg = config_from_setting(setting.raw, setting.file)
+def _train_config(setting: Setting):
+    cfg = train_config(setting.raw, setting.file)
     check_config(cfg)
     lam = ", ".join(f"{r}={x:g}" for r, x in zip(cfg.rewards, cfg.lam))
     return cfg, f"λ {lam}; G {cfg.group_size} x {cfg.prompts_per_step} prompts; {cfg.max_steps} steps"
@@ -477,13 +277,7 @@ def _optional(setting: Setting, name: str, loader):
     return spec, f"{spec.n} x prompts, {steps} steps, CFG {cfg_scale}, judges {', '.join(spec.judges) or 'none'}"
 
 
-def _evaluate_config(setting: Setting):
-    from recast_cli.evaluate.stage import config_from_setting
-
-    return config_from_setting(setting)[0]
-
-
-def _check_prompt_file(setting: Setting, source: str, rewards, options, load_prompts) -> str:
+def _check_prompt_file(setting: Setting, source: str, rewards, options) -> str:
     if source != "toy" and not Path(source).is_file():
         raise BadInput(f"prompts file {source or '(none)'} does not exist")
     prompts, _ = load_prompts(source)
@@ -544,35 +338,3 @@ def _check_study_sources(setting: Setting, study: StudySpec) -> str:
         if study.positives.startswith("diffusers:") and not (path / "model_index.json").is_file():
             raise BadInput(f"{path} is not a diffusers pipeline folder (no model_index.json)")
     return study.positives
-
-
-# --------------------------------------------------------------------------- the command
-
-
-def check_setting_command(
-    setting: str = typer.Argument(..., help="Setting name (pipelines/NAME.toml) or a .toml path."),
-    all_problems: bool = typer.Option(False, "--all", help="List every problem (one line each), not just the first."),
-) -> None:
-    """Check a setting and every model, prompt and data path it names (no weights are loaded)."""
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    report = check_setting(setting, stop_at_first=not all_problems)
-    table = Table(title=f"check-setting {report.file}", title_justify="left")
-    for column in ("check", "subject", "result"):
-        table.add_column(column, overflow="fold")
-    for row in report.rows:
-        table.add_row(*(Text(cell) for cell in row), style="red" if row[2] == "FAIL" else None)
-    Console().print(table)
-    if report.problems:
-        for line in report.problems:
-            sys.stderr.write(f"recast: error: {line}\n")
-        raise typer.Exit(2)
-    Console().print(f"{report.file.name}: all {len(report.rows)} checks passed")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("check-setting")(check_setting_command)

@@ -12,17 +12,186 @@ resumes without redoing finished artifacts (each stage is itself resumable or at
 
 Runs write ``.done`` stamps only after ``recast train`` exits 0 (it trains to max_steps and
 saves its last checkpoint), so a killed run is resumed with ``--resume``, not skipped.
+
+The sweep is the setting's ``[study]`` table (``load_study`` → ``StudySpec``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
-
-import typer
+from typing import Any, NoReturn
 
 from recast_cli.errors import BadInput
+from recast_cli.settings import Setting, integer, load_setting, parse_table
+from recast_cli.train.config import config_from_setting, trained_steps
+
+MODES = ("static", "recast", "nosink", "reversed")
+SAMPLINGS = ("pplus", "pold")
+STUDY_GAINS = ("estimate", "exact")
+PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
+PATH_SOURCES = ("folder", "diffusers")
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """The sweep of one setting: budgets × seeds × modes after one static warmup (METHOD.md §6–7).
+
+    ``budgets`` hold one λ per reward of ``rewards`` (the ``[train]`` order). The warmup trains
+    ``warmup_steps`` steps with static W and ``[train] lambda`` from the base model; W is then
+    estimated at the warmup checkpoint (``estimate_steps``, ``alpha``, ``n``, ``k``, ``p``,
+    ``sampling``, positives from ``positives``, a ``recast sample-positive --source`` value) and
+    solved per budget and mode with temperature ``tau``.
+    """
+
+    rewards: tuple[str, ...]
+    budgets: tuple[tuple[float, ...], ...]
+    seeds: tuple[int, ...] = (0,)
+    modes: tuple[str, ...] = MODES
+    warmup_steps: int = 0
+    estimate_steps: int = 25
+    alpha: float = 2.0
+    n: int = 8
+    k: int = 16
+    p: int | None = None
+    sampling: str = "pplus"
+    positives: str | None = None
+    tau: float = 1.0
+    gains: str = "estimate"  # what W is solved from: the sampled estimate, or (flow1d) the exact table
+    control: str | None = None  # flow1d: another flow1d setting whose study runs beside this one
+
+    @staticmethod
+    def label(budget: tuple[float, ...]) -> str:
+        """A budget as a file-name part: (1, 1, 1, 2) → ``1-1-1-2``."""
+        return "-".join(f"{x:g}" for x in budget)
+
+    @staticmethod
+    def lambda_arg(budget: tuple[float, ...]) -> str:
+        """A budget as ``--lambda`` takes it: (1, 1, 1, 2) → ``1,1,1,2``."""
+        return ",".join(f"{x:g}" for x in budget)
+
+    def positives_path(self) -> Path | None:
+        """The folder of a ``folder:DIR`` / ``diffusers:PATH`` source (already resolved), else None."""
+        if self.positives and self.positives.split(":", 1)[0] in PATH_SOURCES:
+            return Path(self.positives.split(":", 1)[1])
+        return None
+
+
+def load_study(setting: Setting) -> StudySpec:
+    """The ``[study]`` table, checked (BadInput names the key); paths resolved against the setting."""
+    where = f"{setting.file.name}: [study]"
+    table = setting.raw.get("study")
+    if not isinstance(table, dict):
+        raise BadInput(f"{setting.file}: no [study] table")
+    rewards = _train_rewards(setting)
+
+    def budgets(value: Any) -> tuple[tuple[float, ...], ...]:
+        if not isinstance(value, list) or not value:
+            raise BadInput(f"{where} budgets must be a non-empty list of λ lists")
+        parsed = []
+        for i, budget in enumerate(value):
+            if not isinstance(budget, list) or not all(_is_number(x) for x in budget):
+                raise BadInput(f"{where} budgets[{i}] = {budget!r} is not a list of numbers")
+            if len(budget) != len(rewards):
+                raise BadInput(f"{where} budgets[{i}] has {len(budget)} values for {len(rewards)} rewards "
+                               f"({', '.join(rewards)})")
+            if not all(math.isfinite(x) and x > 0 for x in budget):
+                raise BadInput(f"{where} budgets[{i}] = {budget} must hold positive numbers")
+            parsed.append(tuple(float(x) for x in budget))
+        if len(set(parsed)) != len(parsed):
+            raise BadInput(f"{where} budgets lists a budget twice")
+        return tuple(parsed)
+
+    def no_budgets() -> NoReturn:
+        raise BadInput(f"{where} needs budgets = [[λ per reward], ...]")
+
+    def seeds(value: Any) -> tuple[int, ...]:
+        seeds = _int_list(value, f"{where} seeds")
+        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise BadInput(f"{where} seeds must be distinct integers >= 0, got {value!r}")
+        return tuple(seeds)
+
+    def modes(value: Any) -> tuple[str, ...]:
+        if (not isinstance(value, list) or not value or len(set(map(str, value))) != len(value)
+                or any(m not in MODES for m in value)):
+            raise BadInput(f"{where} modes must be distinct values of {', '.join(MODES)}, got {value!r}")
+        return tuple(value)
+
+    def gains(value: Any) -> str:
+        _one_of(value, STUDY_GAINS, f"{where} gains")
+        if value == "exact" and setting.policy.kind != "flow1d":
+            raise BadInput(f"{where} gains = \"exact\" needs the analytic world (a flow1d policy)")
+        return value
+
+    def control(value: Any) -> str:
+        if setting.policy.kind != "flow1d" or not isinstance(value, str):
+            raise BadInput(f"{where} control names another flow1d setting (a .toml path) of a flow1d study")
+        path = (setting.file.parent / value).resolve()
+        if not path.is_file():
+            raise BadInput(f"{where} control = {value!r}: no such setting ({path})")
+        if path == setting.file.resolve():
+            raise BadInput(f"{where} control names the setting itself")
+        return str(path)
+
+    def unknown(keys: list[str], allowed: list[str]) -> str:
+        return f"{where}: unknown key {', '.join(sorted(keys))}; allowed: {', '.join(sorted(allowed))}"
+
+    parse = {"budgets": budgets, "seeds": seeds, "modes": modes,
+             **{key: (lambda v, key=key, low=low: integer(v, f"{where} {key}", low))
+                for key, low in (("warmup_steps", 0), ("estimate_steps", 1), ("n", 1), ("k", 1), ("p", 1))},
+             **{key: (lambda v, key=key: _positive(v, f"{where} {key}")) for key in ("alpha", "tau")},
+             "sampling": lambda v: _one_of(v, SAMPLINGS, f"{where} sampling"),
+             "positives": lambda v: _positives_source(v, setting.file, where),
+             "gains": gains, "control": control}
+    return parse_table(StudySpec, table, unknown, parse, absent={"budgets": no_budgets}, rewards=rewards)
+
+
+def _train_rewards(setting: Setting) -> tuple[str, ...]:
+    rewards = setting.raw.get("train", {}).get("rewards") if isinstance(setting.raw.get("train"), dict) else None
+    if not isinstance(rewards, list) or not rewards or not all(isinstance(r, str) for r in rewards):
+        raise BadInput(f"{setting.file.name}: [study] budgets need [train] rewards = [\"name\", ...]")
+    return tuple(rewards)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _one_of(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise BadInput(f"{where} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise BadInput(f"{where} must be a list of integers, got {value!r}")
+    return value
+
+
+def _positive(value: Any, where: str) -> float:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise BadInput(f"{where} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _positives_source(value: Any, setting_file: Path, where: str) -> str:
+    """A ``recast sample-positive --source`` value; the path of folder:/diffusers: resolved."""
+    if not isinstance(value, str):
+        raise BadInput(f"{where} positives must be a string, got {value!r}")
+    kind, _, rest = value.partition(":")
+    if kind in PATH_SOURCES and rest:
+        return f"{kind}:{(setting_file.parent / rest).resolve()}"
+    if value in PLAIN_SOURCES:
+        return value
+    raise BadInput(f"{where} positives = {value!r}: expected one of {', '.join(PLAIN_SOURCES)}, folder:DIR or "
+                   "diffusers:PATH (the sources of recast sample-positive)")
+
+
+# --------------------------------------------------------------------------- the Make graph
 
 
 #: The characters a path may hold to be written into the Makefile as it is: anything else would
@@ -42,10 +211,6 @@ def make_path(value: str | Path, what: str) -> str:
 
 def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str:
     """The Make fragment of a setting's study (see the module docstring)."""
-    from recast_cli.settings import load_setting
-    from recast_cli.settings_check import load_study
-    from recast_cli.train.config import config_from_setting, trained_steps
-
     setting = load_setting(setting_name)
     study = load_study(setting)
     root = Path(make_path(root, "--root"))
@@ -170,10 +335,6 @@ def analytic_study_makefile(setting, study, root: Path, recast: str = "recast", 
               →  train budget × mode × seed  →  evaluate: curve (sde, every checkpoint), final (ode)
               →  report;  a ``control`` setting's study runs the same way under $(R)/control/
     """
-    from recast_cli.settings import load_setting
-    from recast_cli.settings_check import load_study
-    from recast_cli.train.config import config_from_setting, trained_steps
-
     steps = setting.policy.steps
     train = config_from_setting(setting.raw, setting.file)
     skip = steps - len(trained_steps(steps, train.train_fraction))
@@ -250,22 +411,3 @@ def analytic_study_makefile(setting, study, root: Path, recast: str = "recast", 
         control = load_setting(study.control)
         lines.append(analytic_study_makefile(control, load_study(control), Path("$(R)/control"), recast, header=False))
     return "\n".join(lines)
-
-
-def study_makefile_command(
-    setting: str = typer.Option(..., "--setting", help="Setting name (pipelines/NAME.toml) or a .toml path."),
-    root: Path = typer.Option(None, "--root", help="Where the study's artifacts go (default artifacts/SETTING)."),
-    recast: str = typer.Option("recast", "--recast", help="The recast executable the recipes call."),
-) -> None:
-    """Print the Make graph of a setting's study ([study] table): `make all SETTING=S` runs it."""
-    from recast_cli.settings import load_setting
-
-    name = load_setting(setting).name
-    text = study_makefile(setting, root or Path("artifacts") / name, recast)
-    if "\n\t" not in text:
-        raise BadInput("the study has no steps")
-    typer.echo(text)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("study-makefile")(study_makefile_command)

@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from recast_cli.cli import app
 from recast_cli.errors import BadInput
+from recast_cli.rewards.options import resolve_reward_options
 from recast_cli.settings import load_setting
-from recast_cli.settings_check import StudySpec, load_study, resolve_reward_options
+from recast_cli.study import StudySpec, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ROOT / "pipelines"

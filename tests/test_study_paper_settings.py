@@ -53,7 +53,7 @@ from PIL import Image, ImageDraw, ImageFont
 from typer.testing import CliRunner
 
 from recast_cli.cli import app
-from recast_cli.settings_check import reward_path_options
+from recast_cli.rewards.options import reward_path_options
 from tests.rewards import tiny_models
 from tests.rewards.fakes import fake_server, json_body, running
 
@@ -216,7 +216,7 @@ def tree(tmp_path_factory) -> Path:
 def _reward_tables(tree: Path, urls: dict[str, str]) -> dict[str, dict[str, Any]]:
     clip = "../models/clip-vit-large-patch14"
     # hps's arch: an open_clip model name or a JSON config file; not a path option that a setting
-    # resolves against its folder (settings_check.reward_path_options), hence absolute
+    # resolves against its folder (rewards.options.reward_path_options), hence absolute
     arch = str(tree / "models" / "HPSv2" / f"{tiny_models.HPS_ARCH}.json")
     return {
         "clip": {"weights": clip, "device": "cpu"},

@@ -28,7 +28,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from recast_cli.artifacts import CURVE_SAMPLERS, CurveTable, Source, check_writable, write_curve
 from recast_cli.errors import BadInput
-from recast_cli.evaluate.stage import EvalConfig, Target, config_from_setting, resolve_target
+from recast_cli.evaluate.config import EvalConfig, config_from_setting
+from recast_cli.evaluate.stage import Target, resolve_target
 
 
 @dataclass(frozen=True)

@@ -43,25 +43,9 @@ from recast_cli.artifacts import (
     write_eval,
 )
 from recast_cli.errors import BadInput
+from recast_cli.evaluate.config import EvalConfig, config_from_setting
 from recast_cli.seeds import IMAGE_STRIDE, image_seed
-
-EVALUATE_KEYS = ("prompts", "n", "seed", "steps", "guidance_scale", "judges", "batch_size")
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """The ``[evaluate]`` table after flags: what is sampled and who scores it.
-
-    ``steps`` and ``guidance_scale`` None mean the setting's ``[policy]`` values.
-    """
-
-    prompts: str
-    n: int = 4
-    seed: int = 10000
-    steps: int | None = None
-    guidance_scale: float | None = None
-    judges: tuple[str, ...] = ()
-    batch_size: int = 16
+from recast_cli.settings import integer
 
 
 @dataclass(frozen=True)
@@ -142,53 +126,6 @@ def resolve_target(run: Path | None, setting: str | None, checkpoint: int | None
                   checkpoint=folder, step=checkpoint)
 
 
-def _int(value: Any, key: str, where: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise BadInput(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def config_from_setting(setting) -> tuple[EvalConfig, Any]:
-    """(the ``[evaluate]`` table with its defaults, the setting's [train] config).
-
-    Without an ``[evaluate]`` table: the ``[train]`` prompts, n = 4, seed = 10000, the policy's
-    steps and CFG, no judges. Paths are relative to the setting file, as in ``[train]``.
-    """
-    from recast_cli.train.config import config_from_setting as train_config
-
-    where = f"{setting.file} [evaluate]"
-    # a setting without [train] still has [rewards.NAME] options (judges) to resolve the same way
-    train = train_config(setting.raw if "train" in setting.raw else {**setting.raw, "train": {}}, setting.file)
-    table = setting.raw.get("evaluate", {})
-    if not isinstance(table, dict):
-        raise BadInput(f"{setting.file}: [evaluate] must be a table")
-    unknown = sorted(set(table) - set(EVALUATE_KEYS))
-    if unknown:
-        raise BadInput(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(EVALUATE_KEYS)}")
-    cfg = EvalConfig(prompts=train.prompts)
-    if "prompts" in table:
-        if not isinstance(table["prompts"], str) or not table["prompts"]:
-            raise BadInput(f"{where}: prompts must be 'toy' or a prompt file")
-        prompts = table["prompts"]
-        cfg = replace(cfg, prompts=prompts if prompts == "toy" else str((setting.file.parent / prompts).resolve()))
-    if not cfg.prompts:
-        raise BadInput(f"{setting.file}: no prompts to evaluate on (set [evaluate] prompts, or [train] prompts)")
-    if "judges" in table:
-        judges = table["judges"]
-        if not isinstance(judges, list) or not all(isinstance(j, str) for j in judges):
-            raise BadInput(f"{where}: judges must be a list of scorer names")
-        cfg = replace(cfg, judges=tuple(judges))
-    for key, minimum in (("n", 1), ("seed", 0), ("steps", 1), ("batch_size", 1)):
-        if key in table:
-            cfg = replace(cfg, **{key: _int(table[key], key, where, minimum)})
-    if "guidance_scale" in table:
-        value = table["guidance_scale"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise BadInput(f"{where}: guidance_scale must be a number >= 0, got {value!r}")
-        cfg = replace(cfg, guidance_scale=float(value))
-    return cfg, train
-
-
 def parse_judges(text: str) -> tuple[str, ...]:
     """``--judges a,b`` → ("a", "b"); an empty string means no judges."""
     return tuple(name.strip() for name in text.split(",") if name.strip())
@@ -211,7 +148,7 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
     flags = {"judges": None if judges is None else tuple(judges), "n": n, "seed": seed, "batch_size": batch_size}
     cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
     for key, minimum in (("n", 1), ("seed", 0), ("batch_size", 1)):
-        _int(getattr(cfg, key), key, f"--{key.replace('_', '-')}", minimum)
+        integer(getattr(cfg, key), f"--{key.replace('_', '-')}: {key}", minimum)
     if cfg.n > IMAGE_STRIDE:
         raise BadInput(f"--n must be at most {IMAGE_STRIDE} (image seeds are seed + {IMAGE_STRIDE}·prompt + k)")
     if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):

@@ -58,7 +58,7 @@ class GenEvalScore(Scorer):
         self.batch_size = check_batch_size(self.name, batch_size)
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.by_prompt = _read_metadata(Path(metadata)) if metadata is not None else {}
+        self.by_prompt = read_metadata(Path(metadata)) if metadata is not None else {}
         self._extras: dict[str, list] = {}
 
     def metadata_for(self, prompt: str) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def _numbers(reply: Any, key: str, n: int, url: str) -> list[float]:
     return [float(v) for v in values]
 
 
-def _read_metadata(path: Path) -> dict[str, dict[str, Any]]:
+def read_metadata(path: Path) -> dict[str, dict[str, Any]]:
     """GenEval metadata lines keyed by their ``prompt``."""
     if not path.is_file():
         raise BadInput(f"geneval: metadata file {path} does not exist")

@@ -13,10 +13,13 @@ import json
 import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from recast_cli.errors import BadInput
+from recast_cli.rewards.options import reward_options
+from recast_cli.settings import parse_table
 
 KL_FORMS = ("exact", "flowgrpo")
 ADV_STD = ("group", "global")
@@ -144,26 +147,23 @@ def _coerce(key: str, value: Any, where: str) -> Any:
 
 
 def config_from_setting(raw: dict[str, Any], setting_file: Path) -> TrainConfig:
-    """The ``[train]`` table (and ``[rewards.NAME]`` option tables) of a setting."""
+    """The ``[train]`` table (and ``[rewards.NAME]`` option tables) of a setting; values checked in table order."""
     table = raw.get("train")
     if not isinstance(table, dict):
         raise BadInput(f"{setting_file}: no [train] table (the trainer's defaults: rewards, lambda, prompts, ...)")
-    values: dict[str, Any] = {}
-    for key, value in table.items():
-        name = "lam" if key == "lambda" else key
-        if name not in _TYPES or name == "reward_options":
-            allowed = sorted("lambda" if k == "lam" else k for k in _TYPES if k != "reward_options")
-            raise BadInput(f"{setting_file}: unknown [train] key {key!r}; allowed: {', '.join(allowed)}")
-        values[name] = _coerce(name, value, str(setting_file))
-    if "prompts" in values and values["prompts"] not in ("toy",):
-        values["prompts"] = str((setting_file.parent / values["prompts"]).resolve())
-    options = raw.get("rewards", {})
-    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
-        raise BadInput(f"{setting_file}: [rewards.NAME] tables must hold the options of reward NAME")
-    from recast_cli.settings_check import resolve_reward_options  # every weight-path option of the scorer
 
-    resolved = {name: resolve_reward_options(name, opts, setting_file.parent) for name, opts in options.items()}
-    return replace(TrainConfig(), **values, reward_options=resolved)
+    def parse(key: str, given: Any) -> Any:
+        value = _coerce("lam" if key == "lambda" else key, given, str(setting_file))
+        if key == "prompts" and value != "toy":
+            return str((setting_file.parent / value).resolve())
+        return value
+
+    def unknown(keys: list[str], allowed: list[str]) -> str:
+        return f"{setting_file}: unknown [train] key {keys[0]!r}; allowed: {', '.join(sorted(allowed))}"
+
+    cfg = parse_table(TrainConfig, table, unknown, {key: partial(parse, key) for key in table},
+                      names={"lambda": "lam"}, reward_options={})
+    return replace(cfg, reward_options=reward_options(raw, setting_file))
 
 
 def apply_overrides(cfg: TrainConfig, pairs: list[str], flags: dict[str, Any]) -> TrainConfig:

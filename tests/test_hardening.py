@@ -181,7 +181,7 @@ def test_a_stale_marker_without_results_does_not_block_and_a_held_folder_does(po
     out = tmp_path / "g.parquet"
     parts = tmp_path / "g.parquet.parts"
     parts.mkdir()
-    (parts / "run.json").write_text(json.dumps({"run_id": "another"}))
+    (parts / "run.json").write_text(json.dumps({"run_id": "another"}))  # the marker's name before 2026-12
     args = ["estimate", "--policy", "toy", "--rewards", "toy_color", "--positives", positives, "--n", "2", "--k", "1",
             "--p", "1", "--steps", "2", "--out", out]
     held = FolderLock(parts)

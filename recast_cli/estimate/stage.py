@@ -15,7 +15,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,13 +26,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from safetensors.numpy import load_file, save_file
 
 from recast_cli.artifacts import (
-    FolderLock,
     GainTable,
     RunRecordError,
     ScoreTable,
     Source,
-    atomic_write_bytes,
     check_writable,
+    finish_parts,
+    open_parts,
+    parts_dir,
     read_run,
     read_scores,
     write_gains,
@@ -444,14 +444,6 @@ def _stderr():
     return Console(stderr=True)
 
 
-def _marker_run_id(marker: Path) -> str | None:
-    try:
-        value = json.loads(marker.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return value.get("run_id") if isinstance(value, dict) else None
-
-
 def processes() -> Processes:
     """Under ``accelerate launch`` (WORLD_SIZE > 1) every process takes its share of the prompts."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -477,20 +469,14 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     T = world.policy.T
     wanted = [j for j in range(len(world.prompts)) if j % shard[1] == shard[0]]
     mine = [j for j in wanted if j % procs.size == procs.rank]
-    parts = out.with_name(out.name + ".parts")
+    parts = parts_dir(out)
     run_id = cfg.run_id()
     if "adapter_sha256" in world.policy_info:  # a run folder's latest checkpoint changes as it trains
         run_id = hashlib.sha256(f"{run_id}:{world.policy_info['adapter_sha256']}".encode()).hexdigest()[:16]
-    marker = parts / "run.json"
     lock = None
     if procs.rank == 0:
-        if marker.is_file() and _marker_run_id(marker) != run_id:
-            if any(parts.glob("prompt-*.safetensors")):
-                raise BadInput(f"{parts} holds partial results of another run; remove it or rerun with the same flags")
-            # a run that stopped before finishing any prompt (e.g. refused input) blocks nothing
-        parts.mkdir(parents=True, exist_ok=True)
-        lock = FolderLock(parts, "another recast estimate")
-        atomic_write_bytes(marker, json.dumps({"run_id": run_id, "config": asdict(cfg)}, sort_keys=True).encode())
+        lock = open_parts(out, run_id, {"config": asdict(cfg)}, pieces="prompt-*.safetensors",
+                          writer="another recast estimate", what="run")
     try:
         procs.wait()
         plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
@@ -539,7 +525,7 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
                            prompts=tuple(world.prompts[j] for j in wanted),
                            rewards=tuple(cfg.rewards), scores=dense, meta=meta)
         write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
-        shutil.rmtree(parts, ignore_errors=True)
+        finish_parts(out)
         return read_scores(scores_path(out))
     finally:
         if lock is not None:

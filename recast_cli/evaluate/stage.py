@@ -31,7 +31,6 @@ from PIL import Image
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from recast_cli.artifacts import (
-    FolderLock,
     EvalImage,
     EvalTable,
     RunRecord,
@@ -39,6 +38,9 @@ from recast_cli.artifacts import (
     Source,
     atomic_write_bytes,
     check_writable,
+    finish_parts,
+    open_parts,
+    parts_dir,
     read_run,
     write_eval,
 )
@@ -82,10 +84,6 @@ class Plan:
 def images_dir(out: Path) -> Path:
     """``E.parquet`` → ``E.images/``, beside the table."""
     return out.with_name(f"{out.stem}.images")
-
-
-def parts_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".parts")
 
 
 # ------------------------------------------------------------------ 1. resolve
@@ -329,19 +327,8 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
     parts = parts_dir(plan.out)
     staged = parts / "images"
     rid = run_id(plan, world)
-    marker = parts / "run.json"
-    if marker.is_file():
-        try:
-            previous = json.loads(marker.read_text()).get("run_id")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            previous = None
-        if previous != rid and any(parts.glob("chunk-*.json")):
-            raise BadInput(f"{parts} holds partial results of another evaluation; remove it or rerun with the "
-                           "same options")
-    parts.mkdir(parents=True, exist_ok=True)
-    lock = FolderLock(parts, "another recast evaluate")  # one writer per output; released when this returns
-    # a marker of another evaluation that finished no chunk (it stopped on bad input) blocks nothing
-    atomic_write_bytes(marker, json.dumps({"run_id": rid, "out": str(plan.out)}, sort_keys=True).encode())
+    lock = open_parts(plan.out, rid, {"out": str(plan.out)}, pieces="chunk-*.json",
+                      writer="another recast evaluate", what="evaluation")  # released when this returns
     try:
         images = evaluation_images(plan)
         size = plan.cfg.batch_size
@@ -386,7 +373,7 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
                 shutil.rmtree(final)
             os.replace(staged, final)
         write_eval(plan.out, table, config=_config(plan, world), sources=_sources(plan, world))
-        shutil.rmtree(parts, ignore_errors=True)
+        finish_parts(plan.out)
     finally:
         lock.release()
     return table

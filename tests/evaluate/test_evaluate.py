@@ -19,6 +19,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from recast_cli.artifacts import EVAL_COLUMNS, EVAL_RUN_KEYS, read_eval, sha256_file
+from recast_cli.artifacts.parts import MARKER_NAME
 from recast_cli.cli import app
 from recast_cli.errors import BadInput
 from recast_cli.evaluate import stage
@@ -273,17 +274,17 @@ def test_partial_results_of_another_evaluation_are_refused_untouched(world, tmp_
     out = tmp_path / "E.parquet"
     parts = stage.parts_dir(out)
     parts.mkdir()
-    (parts / "run.json").write_text(json.dumps({"run_id": "0123456789abcdef"}))
+    (parts / MARKER_NAME).write_text(json.dumps({"run_id": "0123456789abcdef"}))
     (parts / "chunk-000000.json").write_text(json.dumps({"image_ids": [0], "scores": {}}))
     assert_bad(invoke("--setting", world["setting"], "--out", out), "partial results of another evaluation")
-    assert sorted(p.name for p in parts.iterdir()) == ["chunk-000000.json", "run.json"] and not out.exists()
+    assert sorted(p.name for p in parts.iterdir()) == ["chunk-000000.json", MARKER_NAME] and not out.exists()
 
 
 def test_the_marker_of_an_evaluation_that_finished_no_chunk_blocks_nothing(world, tmp_path):
     out = tmp_path / "E.parquet"
     parts = stage.parts_dir(out)
     parts.mkdir()
-    (parts / "run.json").write_text(json.dumps({"run_id": "0123456789abcdef"}))  # it stopped before any chunk
+    (parts / MARKER_NAME).write_text(json.dumps({"run_id": "0123456789abcdef"}))  # it stopped before any chunk
     run_ok("--setting", world["setting"], "--out", out)
     assert out.is_file() and not parts.exists()
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,45 @@ import numpy as np
 from recast_cli.errors import BadInput
 
 
+def read_prompt_file(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(prompts, metadata per prompt) of a ``.txt`` or ``.jsonl`` prompts file: the one reader.
+
+    Blank lines are skipped. The one rule for duplicates: a prompt that appears twice is refused,
+    naming both positions (it would weigh twice in training, collide in positives and be
+    evaluated twice). BadInput names the file and what is wrong.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise BadInput(f"cannot read prompts file {p}: {reason}") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise BadInput(f"prompts file {p} holds no prompt")
+    if p.suffix != ".jsonl":
+        prompts, meta = lines, [{} for _ in lines]
+    else:
+        prompts, meta = [], []
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise BadInput(f"{p}: line {number} is not JSON") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                raise BadInput(f"{p}: line {number} has no string field 'prompt'")
+            prompts.append(row["prompt"])
+            meta.append({k: v for k, v in row.items() if k != "prompt"})
+    seen: dict[str, int] = {}
+    for i, prompt in enumerate(prompts):
+        if prompt in seen:
+            raise BadInput(f"prompts file {p}: prompt {prompt!r} appears twice (prompts {seen[prompt]} and {i})")
+        seen[prompt] = i
+    return prompts, meta
+
+
 def load_prompts(source: str) -> tuple[list[str], list[dict[str, Any]]]:
-    """(prompts, metadata per prompt) from ``source``; BadInput names what is wrong."""
+    """(prompts, metadata per prompt) of a ``[train]``/``[evaluate]`` ``prompts`` value: ``toy`` or a file."""
     if source == "toy":
         from recast_cli.toy.renderer import all_prompts
 
@@ -27,26 +65,7 @@ def load_prompts(source: str) -> tuple[list[str], list[dict[str, Any]]]:
     path = Path(source)
     if not source or not path.is_file():
         raise BadInput(f"prompts file {source or '(none)'} does not exist (set [train] prompts or --set prompts=FILE)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read prompts file {path}: {exc}") from None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        raise BadInput(f"prompts file {path} is empty")
-    if path.suffix != ".jsonl":
-        return lines, [{} for _ in lines]
-    prompts, meta = [], []
-    for number, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise BadInput(f"{path}: line {number} is not JSON") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise BadInput(f"{path}: line {number} has no string field 'prompt'")
-        prompts.append(row["prompt"])
-        meta.append({k: v for k, v in row.items() if k != "prompt"})
-    return prompts, meta
+    return read_prompt_file(path)
 
 
 def prompt_stream(count: int, seed: int, start: int, length: int) -> np.ndarray:

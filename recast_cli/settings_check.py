@@ -303,12 +303,12 @@ def _check_positives(setting: Setting, rewards, options) -> str:
         return "no prompts file"
     if not isinstance(table["prompts"], str):
         raise BadInput(f"prompts must be a file name, got {table['prompts']!r}")
-    from recast_cli.positives.collect import read_prompts_file
+    from recast_cli.prompts import read_prompt_file
 
     path = (setting.file.parent / table["prompts"]).resolve()
     if not path.is_file():
         raise BadInput(f"prompts file {path} does not exist")
-    prompts = read_prompts_file(path)
+    prompts = read_prompt_file(path)[0]
     check_prompts(setting.policy, prompts)
     for name in rewards:
         check_reward_prompts(name, options.get(name, {}), prompts)

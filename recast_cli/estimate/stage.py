@@ -43,6 +43,7 @@ from recast_cli.errors import BadInput
 from recast_cli.estimate.gains import MONOTONE, SAMPLINGS, estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
 from recast_cli.grid import GridSpec
+from recast_cli.prompts import read_prompt_file
 
 
 @dataclass(frozen=True)
@@ -401,13 +402,8 @@ def resolve_policy(text: str) -> tuple[str, Path | None]:
 def _prompts_file(path: str | None) -> tuple[list[str], list[int]]:
     if path is None:
         raise BadInput("π^old-sampling on this setting needs --prompts FILE (one prompt per line)")
-    try:
-        lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
-    except OSError as exc:
-        raise BadInput(f"cannot read prompts file {path}: {exc.strerror}") from None
-    if not lines:
-        raise BadInput(f"prompts file {path} is empty")
-    return lines, list(range(len(lines)))
+    prompts, _ = read_prompt_file(path)
+    return prompts, list(range(len(prompts)))
 
 
 def _weights_hash(folder: Path | None) -> str | None:

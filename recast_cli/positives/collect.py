@@ -167,25 +167,6 @@ def png_bytes(image: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def read_prompts_file(path: str | os.PathLike[str]) -> list[str]:
-    """One prompt per line (UTF-8; blank lines skipped); BadInput when unreadable, empty or duplicated."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise BadInput(f"cannot read prompts file {p}: {reason}") from None
-    prompts = [line.strip() for line in text.splitlines() if line.strip()]
-    if not prompts:
-        raise BadInput(f"prompts file {p} holds no prompt")
-    seen: dict[str, int] = {}
-    for i, prompt in enumerate(prompts):
-        if prompt in seen:
-            raise BadInput(f"prompts file {p}: prompt {prompt!r} appears twice (prompts {seen[prompt]} and {i})")
-        seen[prompt] = i
-    return prompts
-
-
 # --------------------------------------------------------------------------- resume
 
 

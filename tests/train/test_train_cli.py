@@ -319,3 +319,17 @@ def test_bad_options_are_refused_before_anything_is_written(train_setting, tmp_p
     assert_bad(train(train_setting, "static", out, *args), needle)
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix, text", [
+    (".txt", "a red circle on a white background\na blue square on a black background\n"
+             "a red circle on a white background\n"),
+    (".jsonl", '{"prompt": "a red circle on a white background"}\n{"prompt": "a red circle on a white background"}\n'),
+])
+def test_a_prompt_file_with_a_duplicate_is_refused_by_the_one_reader(train_setting, tmp_path, suffix, text):
+    prompts = tmp_path / f"dup{suffix}"
+    prompts.write_text(text)
+    out = tmp_path / "run"
+    assert_bad(train(train_setting, "static", out, "--set", f'prompts="{prompts}"'),
+               "prompt 'a red circle on a white background' appears twice (prompts 0 and ")
+    assert not out.exists()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from recast_cli.errors import BadInput
+from recast_cli.seeds import epoch_rng
 
 
 def read_prompt_file(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -89,5 +90,5 @@ def _epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:
     if key not in _ORDERS:
         if len(_ORDERS) > 64:
             _ORDERS.clear()
-        _ORDERS[key] = np.random.default_rng([seed, epoch, 0x7EC457]).permutation(count)
+        _ORDERS[key] = epoch_rng(seed, epoch).permutation(count)
     return _ORDERS[key]

@@ -9,7 +9,16 @@ run seed and the item's identity — never on batch sizes, process counts or res
   (:func:`rollout_seeds`), with the slots below for the shared ε^n and trajectory seeds;
 * training samples: SplitMix64 of (seed, step, global image index) (:func:`train_seeds`);
 * per-step noise of a sampler: SplitMix64 counters of (sample seed, step, element), turned into
-  normals by Box-Muller (:func:`hashed_normal`; :func:`recast_cli.policy.base.step_noise`).
+  normals by Box-Muller (:func:`hashed_normal`; :func:`recast_cli.policy.base.step_noise`), or a
+  torch generator seeded by :func:`step_noise_seed` for large latents;
+* the analytic worlds' exact π⁺ draws (:func:`analytic_positive_seed`), a trained flow1d policy's
+  SIR draws (:func:`sir_draw_seeds`, :func:`sir_rng`) and the toy renderer's positives
+  (:func:`renderer_seeds`);
+* the trainer's prompt epochs (:func:`epoch_rng`) and its order of (image, step) pairs
+  (:func:`update_rng`); SIR positives of ``sample-positive --source self`` (:func:`self_sir_rng`).
+
+The toy model's pretraining draws its batches from ``default_rng([seed, stage, index])``
+(``recast_cli/toy/pretrain.py``), a rule of that one-off job, not of a study.
 """
 
 from __future__ import annotations
@@ -70,3 +79,44 @@ def hashed_normal(seeds: np.ndarray, steps: np.ndarray, size: int) -> np.ndarray
         u1 = ((splitmix64(counters) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
         u2 = ((splitmix64(counters + GOLDEN) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+def step_noise_seed(seed: int, step: int) -> int:
+    """The torch generator seed of (sample seed, step) for latents too large for :func:`hashed_normal`."""
+    return (int(seed) * 1_000_003 + int(step) * 7_919) % (2**63 - 1)
+
+
+def analytic_positive_seed(seed: int, prompt: int, reward_index: int) -> int:
+    """Seed of the exact π⁺ draws of reward ``reward_index`` for replicate ``prompt`` (gmm1d, flow1d)."""
+    return seed * 1_000_003 + prompt * 101 + reward_index
+
+
+def sir_draw_seeds(seed: int, prompt: int, draws: int) -> np.ndarray:
+    """Sample seeds of the π^old draws a trained flow1d policy's π⁺ is resampled from."""
+    return np.arange(draws, dtype=np.int64) + 7_919 * (analytic_positive_seed(seed, prompt, 0) + 1)
+
+
+def sir_rng(seed: int, prompt: int, reward_index: int) -> np.random.Generator:
+    """The generator that resamples reward ``reward_index``'s positives from those draws."""
+    return np.random.default_rng([analytic_positive_seed(seed, prompt, 0), reward_index])
+
+
+def renderer_seeds(seed: int, prompt_id: int, n: int) -> list[int]:
+    """Seeds of the toy renderer's ``n`` positives of a prompt (``recast estimate`` without --positives)."""
+    return [seed * 1_000_003 + prompt_id * 1000 + k for k in range(n)]
+
+
+def self_sir_rng(draw_seed: int, prompt_id: int, reward_index: int) -> np.random.Generator:
+    """The generator of ``sample-positive --source self``'s resampling (draw 0's seed, prompt, reward)."""
+    return np.random.default_rng([draw_seed, prompt_id, reward_index])
+
+
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    """The generator of the trainer's prompt order in ``epoch`` (one permutation per epoch)."""
+    return np.random.default_rng([seed, epoch, 0x7EC457])
+
+
+def update_rng(seed: int, step: int) -> np.random.Generator:
+    """The generator of the order of (image, trained step) pairs in the update of training step ``step``."""
+    return np.random.default_rng([seed, step, 0xADADAD])
+

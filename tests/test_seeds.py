@@ -56,3 +56,26 @@ def test_hashed_normals_are_standard_and_reproducible():
 def test_the_seed_rules_import_no_torch():
     code = "import sys, recast_cli.seeds; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_the_other_rules_keep_their_values():
+    """The rules moved here from estimate/stage, policy/base, positives/sir, prompts and the trainer
+    (values printed on 2026-12-04 and checked equal to the old inline formulas)."""
+    from recast_cli.seeds import (
+        analytic_positive_seed,
+        epoch_rng,
+        renderer_seeds,
+        self_sir_rng,
+        sir_draw_seeds,
+        sir_rng,
+        step_noise_seed,
+        update_rng,
+    )
+
+    assert step_noise_seed(3, 7) == 3055442 and analytic_positive_seed(2, 3, 1) == 2000310
+    assert sir_draw_seeds(2, 3, 3).tolist() == [15840454890, 15840454891, 15840454892]
+    assert sir_rng(2, 3, 1).integers(1000, size=3).tolist() == [402, 284, 248]
+    assert renderer_seeds(2, 5, 2) == [2005006, 2005007]
+    assert self_sir_rng(10, 2, 1).integers(1000, size=3).tolist() == [760, 733, 201]
+    assert epoch_rng(1, 2).permutation(6).tolist() == [3, 1, 4, 0, 2, 5]
+    assert update_rng(1, 2).permutation(6).tolist() == [5, 3, 2, 1, 4, 0]

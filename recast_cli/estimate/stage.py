@@ -44,6 +44,7 @@ from recast_cli.estimate.gains import MONOTONE, SAMPLINGS, estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
 from recast_cli.grid import GridSpec
 from recast_cli.prompts import read_prompt_file
+from recast_cli.seeds import analytic_positive_seed, renderer_seeds, sir_draw_seeds, sir_rng
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ def build_world(cfg: EstimateConfig) -> World:
 
         def positives(p: int) -> list[torch.Tensor]:
             # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
-            return [torch.from_numpy(sample_positive(r, cfg.N, seed=cfg.seed * 1_000_003 + p * 101 + i,
+            return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
                                                      beta=0.5)).view(-1, 1)
                     for i, r in enumerate(cfg.rewards)]
 
@@ -259,7 +260,7 @@ def build_world(cfg: EstimateConfig) -> World:
         if pos is None:
             from recast_cli.toy.renderer import render_batch
 
-            seeds = [cfg.seed * 1_000_003 + prompt_ids[p] * 1000 + n for n in range(cfg.N)]
+            seeds = renderer_seeds(cfg.seed, prompt_ids[p], cfg.N)
             images = render_batch([prompts[p]] * cfg.N, seeds, spec.resolution or 32)
         else:
             from recast_cli.rewards.base import as_float
@@ -317,19 +318,19 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
     beta = 0.5
 
     def positives(p: int) -> list[torch.Tensor]:
-        base = cfg.seed * 1_000_003 + p * 101
         if checkpoint is None:  # the exact π^old: exact π⁺ by rejection, one set per reward
-            return [torch.from_numpy(sample_positive(r, cfg.N, seed=base + i, beta=beta)).view(-1, 1)
+            return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
+                                                     beta=beta)).view(-1, 1)
                     for i, r in enumerate(cfg.rewards)]
         draws = SIR_DRAWS_PER_POSITIVE * cfg.N
-        seeds = torch.arange(draws, dtype=torch.int64) + 7_919 * (base + 1)
+        seeds = torch.from_numpy(sir_draw_seeds(cfg.seed, p, draws))
         x0 = policy.sample(policy.encode_prompts(prompts[p:p + 1] * draws), spec.noise_level, seeds,
                            keep_log_probs=False).states[:, -1]
         sets = []
         for i, r in enumerate(cfg.rewards):
             logits = reward_value(r, x0.numpy().reshape(-1)) / beta
             weights = np.exp(logits - logits.max())
-            picks = np.random.default_rng([base, i]).choice(draws, size=cfg.N, p=weights / weights.sum())
+            picks = sir_rng(cfg.seed, p, i).choice(draws, size=cfg.N, p=weights / weights.sum())
             sets.append(x0[torch.from_numpy(picks)].clone())
         return sets
 

@@ -63,7 +63,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Plan:
+class EvalPlan:
     """Everything resolved and checked before anything is written."""
 
     target: Target
@@ -131,7 +131,7 @@ def parse_judges(text: str) -> tuple[str, ...]:
 
 def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint: int | None = None,
                     judges: Sequence[str] | None = None, n: int | None = None, seed: int | None = None,
-                    batch_size: int | None = None, device: str | None = None) -> Plan:
+                    batch_size: int | None = None, device: str | None = None) -> EvalPlan:
     """Resolve and check an evaluation; BadInput for anything the user can fix (nothing is written)."""
     from recast_cli.prompts import load_prompts
     from recast_cli.rewards import scorer_names
@@ -177,7 +177,7 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
         if folder.exists() and not folder.is_dir():
             raise BadInput(f"cannot write {folder}: it is a file")
     check_images_folder(images_dir(out))
-    return Plan(target, cfg, prompts, rewards, lam, options, out, device)
+    return EvalPlan(target, cfg, prompts, rewards, lam, options, out, device)
 
 
 #: The files ``recast evaluate`` writes under OUT.images/: PPPPP/KKK.png.
@@ -215,15 +215,15 @@ def _with_device(name: str, options: dict[str, Any], device: str | None) -> dict
 
 
 @dataclass
-class World:
+class EvalWorld:
     policy: Any
-    scorers: list  # Scorer, in Plan.scorers order
+    scorers: list  # Scorer, in EvalPlan.scorers order
     adapter: Source | None
     steps: int
     guidance_scale: float
 
 
-def build_world(plan: Plan) -> World:
+def build_world(plan: EvalPlan) -> EvalWorld:
     """The policy (LoRA applied for a run) and every scorer; releases what was built if a step fails."""
     from recast_cli.rewards import build_scorer
     from recast_cli.settings import build_policy
@@ -247,10 +247,10 @@ def build_world(plan: Plan) -> World:
         for scorer in scorers:
             scorer.close()
         raise
-    return World(policy, scorers, adapter, steps, float(guidance))
+    return EvalWorld(policy, scorers, adapter, steps, float(guidance))
 
 
-def run_id(plan: Plan, world: World) -> str:
+def run_id(plan: EvalPlan, world: EvalWorld) -> str:
     """A hash of everything that decides the table: partial results of another evaluation are never mixed in."""
     spec = plan.target.setting.policy
     fixed = {
@@ -282,7 +282,7 @@ def _public(options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------ 3. sample and score
 
 
-def evaluation_images(plan: Plan) -> list[EvalImage]:
+def evaluation_images(plan: EvalPlan) -> list[EvalImage]:
     """Every image of the evaluation in order: prompt-major, ``n`` per prompt."""
     folder = images_dir(plan.out).name
     return [EvalImage(image_id=p * plan.cfg.n + k, prompt_id=p, prompt=prompt,
@@ -290,7 +290,7 @@ def evaluation_images(plan: Plan) -> list[EvalImage]:
             for p, prompt in enumerate(plan.prompts) for k in range(plan.cfg.n)]
 
 
-def sample_chunk(world: World, images: Sequence[EvalImage]) -> list[Image.Image]:
+def sample_chunk(world: EvalWorld, images: Sequence[EvalImage]) -> list[Image.Image]:
     """Deterministic ODE samples (E1 with noise level 0) from each image's seed, as 8-bit RGB."""
     policy = world.policy
     prompts = [im.prompt for im in images]
@@ -302,7 +302,7 @@ def sample_chunk(world: World, images: Sequence[EvalImage]) -> list[Image.Image]
     return [Image.fromarray(p.permute(1, 2, 0).cpu().numpy()) for p in pixels]
 
 
-def score_chunk(plan: Plan, world: World, pictures: list[Image.Image], prompts: list[str]) -> dict[str, list[float]]:
+def score_chunk(plan: EvalPlan, world: EvalWorld, pictures: list[Image.Image], prompts: list[str]) -> dict[str, list[float]]:
     """Every scorer on the saved (8-bit) images: the scores can be recomputed from the PNG files."""
     out = {}
     for (name, _), scorer in zip(plan.scorers, world.scorers):
@@ -313,7 +313,7 @@ def score_chunk(plan: Plan, world: World, pictures: list[Image.Image], prompts: 
     return out
 
 
-def evaluate(plan: Plan, quiet: bool = False) -> EvalTable:
+def evaluate(plan: EvalPlan, quiet: bool = False) -> EvalTable:
     """Steps 2-4: the whole evaluation, resumable through ``OUT.parts/``; returns the table written."""
     world = build_world(plan)
     try:
@@ -323,7 +323,7 @@ def evaluate(plan: Plan, quiet: bool = False) -> EvalTable:
             scorer.close()
 
 
-def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
+def _evaluate(plan: EvalPlan, world: EvalWorld, quiet: bool) -> EvalTable:
     parts = parts_dir(plan.out)
     staged = parts / "images"
     rid = run_id(plan, world)
@@ -382,7 +382,7 @@ def _evaluate(plan: Plan, world: World, quiet: bool) -> EvalTable:
 # ------------------------------------------------------------------ 4. the record
 
 
-def _metadata(plan: Plan, world: World, rid: str) -> dict[str, Any]:
+def _metadata(plan: EvalPlan, world: EvalWorld, rid: str) -> dict[str, Any]:
     target = plan.target
     config = target.run_record.config if target.run_record is not None else {}
     checkpoint = None
@@ -407,14 +407,14 @@ def _metadata(plan: Plan, world: World, rid: str) -> dict[str, Any]:
     }
 
 
-def _config(plan: Plan, world: World) -> dict[str, Any]:
+def _config(plan: EvalPlan, world: EvalWorld) -> dict[str, Any]:
     cfg = asdict(plan.cfg)
     cfg.update(steps=world.steps, guidance_scale=world.guidance_scale)
     return {"evaluate": cfg, "scorers": [{"name": _label(n), "kind": k} for n, k in plan.scorers],
             "options": _public(plan.options), "device": str(world.policy.device)}
 
 
-def _sources(plan: Plan, world: World) -> list[Source]:
+def _sources(plan: EvalPlan, world: EvalWorld) -> list[Source]:
     sources = [Source.of(plan.target.setting.file)]
     if plan.target.run is not None:
         sources.append(Source.of(plan.target.run / "run.json"))

@@ -20,7 +20,7 @@ import torch
 
 from recast_cli.errors import BadInput
 from recast_cli.policy.sde import sde_step
-from recast_cli.seeds import hashed_normal
+from recast_cli.seeds import hashed_normal, step_noise_seed
 
 
 class Conditioning(Protocol):
@@ -63,7 +63,7 @@ def step_noise(seeds: torch.Tensor, step: torch.Tensor, shape: Sequence[int], dt
         return torch.from_numpy(values).view(len(seeds), *shape).to(device=device, dtype=dtype)
     out = torch.empty((len(seeds), *shape), dtype=torch.float32)
     for i, (seed, t) in enumerate(zip(seeds.tolist(), step.tolist())):
-        gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(t) * 7_919) % (2**63 - 1))
+        gen = torch.Generator().manual_seed(step_noise_seed(seed, t))
         out[i] = torch.randn(tuple(shape), generator=gen)
     return out.to(device=device, dtype=dtype)
 

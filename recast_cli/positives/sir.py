@@ -24,7 +24,7 @@ from scipy.special import logsumexp
 from recast_cli.errors import BadInput
 from recast_cli.positives.collect import Job, Outcome, PositiveSource
 from recast_cli.policy.sample import to_pil
-from recast_cli.seeds import IMAGE_STRIDE
+from recast_cli.seeds import IMAGE_STRIDE, self_sir_rng
 
 
 def standardised(scores: np.ndarray) -> np.ndarray:
@@ -129,7 +129,7 @@ class SelfSource(PositiveSource):
             for index, name in enumerate(self.names):
                 scores = self.scorers[name].score(images, [wanted[0].prompt] * len(images))
                 self.ess[name].append(effective_sample_size(tilt_weights(scores, self.beta, self.standardise)))
-                picks = sir_resample(scores, self.n, self.beta, np.random.default_rng([base, prompt_id, index]),
+                picks = sir_resample(scores, self.n, self.beta, self_sir_rng(base, prompt_id, index),
                                      self.standardise)
                 # the π^old scale the tilt was standardised with: recorded so the estimator uses the same r̃
                 scale = float(np.std(np.asarray(scores, dtype=np.float64))) if self.standardise else None

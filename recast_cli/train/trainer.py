@@ -37,7 +37,7 @@ from accelerate.utils import DistributedType
 from recast_cli.artifacts import FolderLock, RunRecord, atomic_write_bytes, write_run
 from recast_cli.errors import BadInput
 from recast_cli.prompts import prompt_stream
-from recast_cli.seeds import train_seeds
+from recast_cli.seeds import train_seeds, update_rng
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import trained_steps
 from recast_cli.train.metrics import MetricsLog, step_metrics
@@ -207,7 +207,7 @@ class Trainer:
         """``updates_per_step`` optimizer steps over this iteration's (image, trained step) pairs."""
         cfg = self.cfg
         pairs = np.array([(b, t) for b in range(len(batch.prompts)) for t in self.steps], dtype=np.int64)
-        pairs = pairs[np.random.default_rng([cfg.seed, step, 0xADADAD]).permutation(len(pairs))]
+        pairs = pairs[update_rng(cfg.seed, step).permutation(len(pairs))]
         totals = {"policy_loss": 0.0, "kl": 0.0, "clipped": 0.0, "loss": 0.0}
         grad_norm = 0.0
         model = self.policy.denoiser

@@ -163,33 +163,16 @@ class World:
 
 
 def build_world(cfg: EstimateConfig) -> World:
-    """Resolve policy, scorers, prompts and the positives of a run (BadInput names what is wrong)."""
-    from recast_cli.rewards import build_scorer, scorer_names
+    """Resolve policy, scorers, prompts and the positives of a run (BadInput names what is wrong).
+
+    One builder per world: the exact analytic world (``--policy gmm1d``), its trainable version
+    (a ``flow1d`` setting), and image models (an ``sd3`` setting, optionally a run's LoRA).
+    """
+    from recast_cli.rewards import scorer_names
 
     if cfg.policy == "gmm1d":
-        from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DPolicy, GMM1DReward, sample_positive
-
-        unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
-        if unknown:
-            raise BadInput(f"gmm1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
-        if cfg.positives is not None:
-            raise BadInput("gmm1d draws exact π⁺ samples; it takes no --positives")
-        policy = GMM1DPolicy(steps=cfg.steps)
-        P = cfg.P or 4
-        prompts = [f"gmm1d-{p}" for p in range(P)]
-
-        def positives(p: int) -> list[torch.Tensor]:
-            # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
-            return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
-                                                     beta=0.5)).view(-1, 1)
-                    for i, r in enumerate(cfg.rewards)]
-
-        return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
-                     positives if cfg.sampling == "pplus" else None,
-                     {"name": "gmm1d", "steps": cfg.steps}, {"source": "exact"} if cfg.sampling == "pplus" else {},
-                     [], True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
-
-    from recast_cli.settings import build_policy, check_prompts, load_setting, reward_options
+        return _gmm1d_world(cfg)
+    from recast_cli.settings import load_setting
 
     known = scorer_names()
     unknown = [r for r in cfg.rewards if r.split("@")[0] not in known]
@@ -197,9 +180,43 @@ def build_world(cfg: EstimateConfig) -> World:
         raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(known)}")
     setting_name, checkpoint = resolve_policy(cfg.policy)
     setting = load_setting(setting_name)
-    spec = setting.policy
-    if spec.kind == "flow1d":
+    if setting.policy.kind == "flow1d":
         return _flow1d_world(cfg, setting, checkpoint)
+    return _image_world(cfg, setting, checkpoint)
+
+
+def _gmm1d_world(cfg: EstimateConfig) -> World:
+    """The exact analytic world: exact π⁺ draws per reward, P replicates of one "prompt"."""
+    from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DPolicy, GMM1DReward, sample_positive
+
+    unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
+    if unknown:
+        raise BadInput(f"gmm1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
+    if cfg.positives is not None:
+        raise BadInput("gmm1d draws exact π⁺ samples; it takes no --positives")
+    policy = GMM1DPolicy(steps=cfg.steps)
+    P = cfg.P or 4
+    prompts = [f"gmm1d-{p}" for p in range(P)]
+
+    def positives(p: int) -> list[torch.Tensor]:
+        # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
+        return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
+                                                 beta=0.5)).view(-1, 1)
+                for i, r in enumerate(cfg.rewards)]
+
+    return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
+                 positives if cfg.sampling == "pplus" else None,
+                 {"name": "gmm1d", "steps": cfg.steps}, {"source": "exact"} if cfg.sampling == "pplus" else {},
+                 [], True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
+
+
+def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
+    """An image model (sd3 setting): positives from a folder or the toy renderer, or π^old-sampling
+    from a prompts file; a run's LoRA when ``--policy`` names a run or checkpoint."""
+    from recast_cli.rewards import build_scorer
+    from recast_cli.settings import build_policy, check_prompts, reward_options
+
+    spec = setting.policy
     sources: list[Source] = []
     if cfg.positives is not None:
         from recast_cli.artifacts import read_positives

@@ -29,7 +29,8 @@ from recast_cli.errors import BadInput
 from recast_cli.settings import Setting, integer, load_setting, parse_table
 from recast_cli.train.config import config_from_setting, trained_steps
 
-MODES = ("static", "recast", "nosink", "reversed")
+#: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
+STUDY_MODES = ("static", "recast", "nosink", "reversed")
 SAMPLINGS = ("pplus", "pold")
 STUDY_GAINS = ("estimate", "exact")
 PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
@@ -50,7 +51,7 @@ class StudySpec:
     rewards: tuple[str, ...]
     budgets: tuple[tuple[float, ...], ...]
     seeds: tuple[int, ...] = (0,)
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = STUDY_MODES
     warmup_steps: int = 0
     estimate_steps: int = 25
     alpha: float = 2.0
@@ -116,8 +117,8 @@ def load_study(setting: Setting) -> StudySpec:
 
     def modes(value: Any) -> tuple[str, ...]:
         if (not isinstance(value, list) or not value or len(set(map(str, value))) != len(value)
-                or any(m not in MODES for m in value)):
-            raise BadInput(f"{where} modes must be distinct values of {', '.join(MODES)}, got {value!r}")
+                or any(m not in STUDY_MODES for m in value)):
+            raise BadInput(f"{where} modes must be distinct values of {', '.join(STUDY_MODES)}, got {value!r}")
         return tuple(value)
 
     def gains(value: Any) -> str:

@@ -1,7 +1,7 @@
 """``recast inspect`` on every artifact the project writes besides gains, W, scores and positives.
 
 Each artifact is written small and for real with the project's own writer (``write_eval``,
-``MetricsLog``, ``write_score_table``, ``write_judgements``, ``save_checkpoint``), then read
+``MetricsLog``, ``write_image_scores``, ``write_judgements``, ``save_checkpoint``), then read
 back through the CLI, as JSON and as the rich rendering; the JSON numbers are checked against
 the same numbers computed from the written tables.
 """
@@ -27,16 +27,18 @@ from recast_cli.artifacts import (
     read_eval,
     write_eval,
 )
-from recast_cli.rewards import judge
-from recast_cli.rewards.scoring import SCHEMA as SCORING_SCHEMA
-from recast_cli.rewards.scoring import ScoreTable as ImageScores
-from recast_cli.rewards.scoring import read_score_table, write_score_table
-from recast_cli.report.summary import (
+from recast_cli.artifacts import (
     CHECKPOINT_SCHEMA,
     IMAGE_SCORES_SCHEMA,
     JUDGEMENTS_SCHEMA,
+    READERS,
     RUN_SCHEMA,
+    ImageScores,
+    read_image_scores,
+    write_image_scores,
+    write_judgements,
 )
+from recast_cli.rewards import judge
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.metrics import MetricsLog, read_metrics
 from tests.test_cli import assert_one_line_exit_2, recast
@@ -117,11 +119,11 @@ def write_run(run: Path, steps: tuple[int, ...] = (2, 4)) -> Path:
     return run
 
 
-def write_image_scores(path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+def write_image_score_file(path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     scores = {"toy_color": np.array([0.1, 0.4, 0.7]), "toy_shape": np.array([2.0, -1.0, 5.5])}
     table = ImageScores(images=("a.png", "b.png", "c.png"), prompts=("p", "p", "q"), scores=scores,
                         extras={"toy_shape": {"detail": ["x", "y", "z"]}})
-    write_score_table(path, table, config={"rewards": list(scores)}, sources=[])
+    write_image_scores(path, table, config={"rewards": list(scores)}, sources=[])
     return path, scores
 
 
@@ -130,7 +132,7 @@ def write_judgement_file(path: Path) -> tuple[Path, dict]:
     verdicts = [judge.Verdict(i // 2, judge.ORDERS[i % 2], {"faithfulness": f, "overall": o}, "{}")
                 for i, (f, o) in enumerate(winners)]
     summary = judge.win_rates(verdicts, ("faithfulness",))
-    judge.write_judgements(path, verdicts, summary, {"labels": ["recast", "static"]}, [])
+    write_judgements(path, verdicts, summary, {"labels": ["recast", "static"]}, [])
     return path, summary
 
 
@@ -138,19 +140,20 @@ def write_judgement_file(path: Path) -> tuple[Path, dict]:
 def world(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("inspect")
     return {"eval": write_evaluation(root / "eval.parquet"), "run": write_run(root / "run"),
-            "image_scores": write_image_scores(root / "scores.parquet"),
+            "image_scores": write_image_score_file(root / "scores.parquet"),
             "judgements": write_judgement_file(root / "judge.parquet")}
 
 
 # --------------------------------------------------------------------------- the tags inspect knows
 
 
-def test_tags_spelled_out_in_summary_match_their_modules():
+def test_every_tag_is_owned_by_artifacts_and_read_through_readers():
+    from recast_cli.report.summary import INSPECT_READERS
     from recast_cli.train.plan import RUN_SCHEMA as PLAN_RUN_SCHEMA
 
-    assert (JUDGEMENTS_SCHEMA, CHECKPOINT_SCHEMA, RUN_SCHEMA) == (judge.SCHEMA, ckpt.CHECKPOINT_SCHEMA,
-                                                                  PLAN_RUN_SCHEMA)
-    assert IMAGE_SCORES_SCHEMA == SCORING_SCHEMA
+    assert (CHECKPOINT_SCHEMA, RUN_SCHEMA) == (ckpt.CHECKPOINT_SCHEMA, PLAN_RUN_SCHEMA)
+    assert {IMAGE_SCORES_SCHEMA, JUDGEMENTS_SCHEMA, RUN_SCHEMA} <= set(READERS)
+    assert set(INSPECT_READERS) == set(READERS) | {CHECKPOINT_SCHEMA}
     assert dict(FOLDER_MARKERS)["run.json"] == RUN_SCHEMA
     assert dict(FOLDER_MARKERS)["manifest.json"] == CHECKPOINT_SCHEMA
 
@@ -210,7 +213,7 @@ def test_image_scores_summary_per_scorer(world):
     assert (s["images"], s["prompts"], s["extras"]) == (3, 2, ["detail"])
     rows = {r["scorer"]: r for r in s["scorers"]}
     assert list(rows) == ["toy_color", "toy_shape"]
-    arrow = read_score_table(path)
+    arrow = read_image_scores(path)
     for name, values in scores.items():
         mask = np.array(arrow.column("scorer").to_pylist()) == name
         column = arrow.column("score").to_numpy()[mask]

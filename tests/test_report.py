@@ -20,7 +20,15 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from recast_cli.artifacts import EvalImage, EvalTable, WeightMatrix, write_eval, write_gains, write_weights
+from recast_cli.artifacts import (
+    EvalImage,
+    EvalTable,
+    WeightMatrix,
+    write_eval,
+    write_gains,
+    write_judgements,
+    write_weights,
+)
 from recast_cli.cli import app
 from recast_cli.rewards import judge
 from recast_cli.solve.sinkhorn import solve_weights
@@ -141,7 +149,7 @@ def write_judgement_file(path: Path, pairs: list | None, labels: list, overall: 
     verdicts = [judge.Verdict(i // 2, judge.ORDERS[i % 2],
                               {"overall": overall[i], **{c: v[i] for c, v in criteria.items()}}, "{}")
                 for i in range(len(overall))]
-    judge.write_judgements(path, verdicts, judge.win_rates(verdicts, names), {"labels": labels}, [], pairs)
+    write_judgements(path, verdicts, judge.win_rates(verdicts, names), {"labels": labels}, [], pairs)
     return path
 
 
@@ -371,7 +379,7 @@ def test_two_evaluations_of_one_run_are_bad_input(world, tmp_path):
 def test_judgements_in_one_order_only_are_bad_input(world, tmp_path):
     path = tmp_path / "one-order.parquet"
     verdicts = [judge.Verdict(p, "ab", {"overall": "a"}, "{}") for p in range(2)]
-    judge.write_judgements(path, verdicts, judge.win_rates(verdicts, ()), {"labels": ["recast", "static"]}, [])
+    write_judgements(path, verdicts, judge.win_rates(verdicts, ()), {"labels": ["recast", "static"]}, [])
     out = tmp_path / "out"
     assert_bad(invoke(world["evals"][("static", B1, 0)], path, "--out", out), "both presentation orders", out)
 

@@ -50,6 +50,8 @@ from recast_cli.artifacts.run import (
     read_run, step_dir, write_run,
 )
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics, write_metrics
+from recast_cli.artifacts.image_scores import IMAGE_SCORES_SCHEMA, ImageScores, read_image_scores, write_image_scores
+from recast_cli.artifacts.judgements import JUDGEMENTS_SCHEMA, Pair, Verdict, read_judgements, write_judgements
 from recast_cli.artifacts.parts import finish_parts, open_parts, parts_dir
 from recast_cli.artifacts.kinds import FOLDER_MARKERS, READERS, artifact_kind, artifact_schema
 
@@ -68,5 +70,7 @@ __all__ = [
     "CURVE_RUN_KEYS", "CURVE_SAMPLERS", "CURVE_SCHEMA", "CurveTable", "read_curve", "validate_curve", "write_curve",
     "CHECKPOINT_SCHEMA", "RECORD_NAME", "RUN_SCHEMA", "RunRecord", "RunRecordError", "latest_checkpoint",
     "list_checkpoints", "read_run", "step_dir", "write_run", "FOLDER_MARKERS", "READERS", "artifact_kind",
-    "artifact_schema", "METRICS_SCHEMA", "read_metrics", "write_metrics", "finish_parts", "open_parts", "parts_dir",
+    "artifact_schema", "METRICS_SCHEMA", "read_metrics", "write_metrics", "finish_parts", "open_parts", "parts_dir", "IMAGE_SCORES_SCHEMA", "ImageScores",
+    "read_image_scores", "write_image_scores", "JUDGEMENTS_SCHEMA", "Pair", "Verdict", "read_judgements",
+    "write_judgements",
 ]

@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 from recast_cli.artifacts.curve import CURVE_SCHEMA, read_curve
 from recast_cli.artifacts.evaluation import EVAL_SCHEMA, read_eval
 from recast_cli.artifacts.gains import GAINS_SCHEMA, read_gains
+from recast_cli.artifacts.image_scores import IMAGE_SCORES_SCHEMA, read_image_scores
+from recast_cli.artifacts.judgements import JUDGEMENTS_SCHEMA, read_judgements
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 from recast_cli.artifacts.positives import MANIFEST_NAME, POSITIVES_SCHEMA, Positives, read_positives
 from recast_cli.artifacts.run import CHECKPOINT_SCHEMA, RECORD_NAME, RUN_SCHEMA, read_run
@@ -93,8 +95,8 @@ def _positives(path: Path) -> Positives:
 
 
 #: The reader of every schema this package owns, by tag: ``READERS[tag](path)`` takes the path
-#: :func:`artifact_schema` returns. Not here: ``recast.image-scores/1`` and ``recast.judgements/1`` (written in rewards/, which
-#: loads the scorers) and ``recast.checkpoint/1`` (verifying one loads its tensors with torch).
+#: :func:`artifact_schema` returns. Not here: ``recast.checkpoint/1`` (verifying one loads its
+#: tensors with torch: ``recast_cli.train.checkpoint``).
 READERS: dict[str, Callable[[Path], Any]] = {
     GAINS_SCHEMA: read_gains,
     WEIGHTS_SCHEMA: read_weights,
@@ -104,4 +106,6 @@ READERS: dict[str, Callable[[Path], Any]] = {
     CURVE_SCHEMA: read_curve,
     RUN_SCHEMA: read_run,
     METRICS_SCHEMA: read_metrics,
+    IMAGE_SCORES_SCHEMA: read_image_scores,
+    JUDGEMENTS_SCHEMA: read_judgements,
 }

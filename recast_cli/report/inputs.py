@@ -15,6 +15,7 @@ from recast_cli.artifacts import (
     CURVE_SCHEMA,
     EVAL_SCHEMA,
     GAINS_SCHEMA,
+    JUDGEMENTS_SCHEMA,
     RUN_SCHEMA,
     WEIGHTS_SCHEMA,
     CurveTable,
@@ -26,13 +27,12 @@ from recast_cli.artifacts import (
     read_curve,
     read_eval,
     read_gains,
+    read_judgements,
     read_run,
     read_weights,
     sha256_file,
 )
 from recast_cli.errors import BadInput
-
-JUDGEMENTS_SCHEMA = "recast.judgements/1"
 
 #: the order a report lists arms in (trained arms: the W modes of artifacts.MODES, plus the base model)
 ARM_ORDER = ("static", "nosink", "recast", "reversed")
@@ -235,9 +235,7 @@ def _read_run(folder: Path) -> Run:
 
 
 def _read_judgements(path: Path) -> Judgements:
-    import pyarrow.parquet as pq
-
-    arrow = pq.read_table(path)
+    arrow = read_judgements(path)
     meta = decode_metadata(arrow.schema.metadata, str(path))
     fixed = {"pair", "order", "prompt", "image_a", "image_b", "reply"}
     missing = {"pair", "order", "overall"} - set(arrow.column_names)

@@ -25,6 +25,8 @@ from recast_cli.artifacts import (
     RUN_SCHEMA,
     CurveTable,
     EvalTable,
+    IMAGE_SCORES_SCHEMA,
+    JUDGEMENTS_SCHEMA,
     GainTable,
     Positives,
     Provenance,
@@ -34,7 +36,8 @@ from recast_cli.artifacts import (
     artifact_schema,
     decode_metadata,
     list_checkpoints,
-    read_parquet,
+    read_image_scores,
+    read_judgements,
     read_run,
 )
 from recast_cli.errors import BadInput
@@ -55,10 +58,6 @@ def sparkline(values: np.ndarray, width: int = 30) -> str:
     return "".join(SPARK[int(round(v / top * (len(SPARK) - 1)))] for v in np.clip(values, 0, None))
 
 
-#: Tags written outside ``recast_cli.artifacts`` by modules that load the scorers, spelled out here
-#: (tests check them against their modules); their readers load lazily.
-IMAGE_SCORES_SCHEMA = "recast.image-scores/1"  # rewards/scoring.py
-JUDGEMENTS_SCHEMA = "recast.judgements/1"  # rewards/judge.py
 
 
 @dataclass(frozen=True)
@@ -135,13 +134,11 @@ def _load_metrics(path: Path) -> ParquetArtifact:
 
 
 def _load_image_scores(path: Path) -> ParquetArtifact:
-    from recast_cli.rewards.scoring import read_score_table
-
-    return _parquet_artifact("image-scores", read_score_table(path), path)
+    return _parquet_artifact("image-scores", read_image_scores(path), path)
 
 
 def _load_judgements(path: Path) -> ParquetArtifact:
-    return _parquet_artifact("judgements", read_parquet(path), path)
+    return _parquet_artifact("judgements", read_judgements(path), path)
 
 
 #: What ``recast inspect`` reads, by schema tag: the readers of ``recast_cli.artifacts`` (a run

@@ -37,7 +37,7 @@ def score_command(
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Images per scoring batch."),
 ) -> None:
     """Score images with any scorers: one row per image x scorer (image, prompt, scorer, score, extras)."""
-    from recast_cli.artifacts import check_writable
+    from recast_cli.artifacts import check_writable, write_image_scores
     from recast_cli.errors import BadInput
     from recast_cli.rewards import scoring
 
@@ -61,7 +61,7 @@ def score_command(
     config = {"rewards": names, "options": scoring.public_options(options), "device": device,
               "batch_size": batch_size}
     sources = [*paths, *([prompts] if prompts is not None else [])]
-    scoring.write_score_table(out_path, table, config, sources)
+    write_image_scores(out_path, table, config, sources)
     _print_scores(table)
     out.print(f"wrote {out_path}")
 
@@ -121,7 +121,7 @@ def judge_command(
     retries: int = typer.Option(3, min=1, help="Tries per request."),
 ) -> None:
     """Judge image pairs in both presentation orders with a VLM; position-debiased win rates (Table 3)."""
-    from recast_cli.artifacts import check_writable
+    from recast_cli.artifacts import check_writable, write_judgements
     from recast_cli.rewards import judge
 
     names = tuple(c.strip() for c in criteria.split(",") if c.strip())
@@ -132,7 +132,7 @@ def judge_command(
         task = progress.add_task("judging", total=2 * len(items))
         verdicts = client.judge_pairs(items, advance=lambda: progress.advance(task))
     summary = judge.win_rates(verdicts, names)
-    judge.write_judgements(out_path, verdicts, summary, {"url": url, "model": model, "criteria": list(names),
+    write_judgements(out_path, verdicts, summary, {"url": url, "model": model, "criteria": list(names),
                                                          "labels": [label_a, label_b]}, [pairs], items)
     table = Table(title=f"{label_a} vs {label_b}: position-debiased win rates ({len(items)} pairs, both orders)",
                   title_justify="left")

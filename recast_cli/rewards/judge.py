@@ -19,21 +19,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recast_cli.artifacts import Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.judgements import Pair, Verdict
 from recast_cli.errors import BadInput
 from recast_cli.rewards.chat import ChatClient, image_part, text_part
 
-SCHEMA = "recast.judgements/1"
 DEFAULT_CRITERIA = ("faithfulness", "aesthetics")
 OVERALL = "overall"
 ORDERS = ("ab", "ba")
@@ -48,23 +45,6 @@ DESCRIPTIONS = {
     "aesthetics": "visual quality and appeal: composition, lighting, colour, detail, absence of artefacts",
     OVERALL: "all things considered, which image is better for this prompt",
 }
-
-
-@dataclass(frozen=True)
-class Pair:
-    prompt: str
-    image_a: Path
-    image_b: Path
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One presentation of one pair: ``winners[c]`` is "a", "b" or "tie" after undoing the order."""
-
-    pair: int
-    order: str
-    winners: dict[str, str]
-    reply: str
 
 
 def read_pairs(path: Path) -> list[Pair]:
@@ -203,28 +183,3 @@ def win_rates(verdicts: Sequence[Verdict], criteria: Sequence[str]) -> dict[str,
             "first_position_share": first / len(decided) if decided else None,
         }
     return summary
-
-
-def write_judgements(path: str | os.PathLike[str], verdicts: Sequence[Verdict], summary: Mapping[str, Any],
-                     config: Mapping[str, Any], sources: Sequence[Source | str | os.PathLike[str]],
-                     pairs: Sequence[Pair] | None = None) -> Provenance:
-    """Write the verdicts atomically as ``recast.judgements/1`` Parquet (summary in the metadata)."""
-    provenance = Provenance.new(SCHEMA, config, sources)
-    criteria = list(summary)
-    columns: dict[str, Any] = {
-        "pair": pa.array([v.pair for v in verdicts], type=pa.int32()),
-        "order": pa.array([v.order for v in verdicts], type=pa.string()),
-    }
-    if pairs is not None:
-        columns["prompt"] = pa.array([pairs[v.pair].prompt for v in verdicts], type=pa.string())
-        columns["image_a"] = pa.array([str(pairs[v.pair].image_a) for v in verdicts], type=pa.string())
-        columns["image_b"] = pa.array([str(pairs[v.pair].image_b) for v in verdicts], type=pa.string())
-    for criterion in criteria:
-        columns[criterion] = pa.array([v.winners[criterion] for v in verdicts], type=pa.string())
-    columns["reply"] = pa.array([v.reply for v in verdicts], type=pa.string())
-    meta = {"summary": dict(summary), **provenance.to_metadata()}
-    table = pa.table(columns).replace_schema_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return provenance

@@ -1,65 +1,28 @@
 """``recast score``, top to bottom: images + prompts + scorers → one row per (image, scorer) in Parquet.
 
-Output ``recast.image-scores/1``: columns ``image`` (path as given), ``prompt``, ``scorer``,
-``score`` (float64), then any scorer-specific extras (null for the other scorers' rows);
-Parquet key-value metadata holds the provenance (JSON values) with every image and the
-prompts file as sources. Options that look like secrets (token, key) are never recorded.
+Output ``recast.image-scores/1`` (:mod:`recast_cli.artifacts.image_scores`). Options that look
+like secrets (token, key) are never recorded.
 """
 
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 from PIL import Image
 
-from recast_cli.artifacts import Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.image_scores import ImageScores
 from recast_cli.errors import BadInput
 from recast_cli.rewards.base import Scorer, chunks
 from recast_cli.rewards.registry import build_scorer, scorer_class
 
-SCHEMA = "recast.image-scores/1"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 _SECRET_WORDS = ("token", "key", "secret", "password")
-
-
-@dataclass(frozen=True)
-class ScoreTable:
-    """Scores of every image under every scorer: ``scores[name]`` is float64 [n_images]."""
-
-    images: tuple[str, ...]
-    prompts: tuple[str, ...]
-    scores: dict[str, np.ndarray]
-    extras: dict[str, dict[str, list]] = field(default_factory=dict)
-
-    def to_arrow(self, provenance: Provenance) -> pa.Table:
-        names = list(self.scores)
-        n, m = len(self.images), len(names)
-        columns: dict[str, pa.Array] = {
-            "image": pa.array(np.repeat(np.array(self.images, dtype=object), m), type=pa.string()),
-            "prompt": pa.array(np.repeat(np.array(self.prompts, dtype=object), m), type=pa.string()),
-            "scorer": pa.array(names * n, type=pa.string()),
-            "score": pa.array(np.stack([self.scores[s] for s in names], axis=1).ravel(), type=pa.float64()),
-        }
-        for scorer, extra in self.extras.items():
-            j = names.index(scorer)
-            for column, values in extra.items():
-                if column in columns:
-                    raise BadInput(f"{scorer}: extra column {column!r} clashes with another column")
-                cells: list[Any] = [None] * (n * m)
-                cells[j::m] = values
-                columns[column] = pa.array(cells)
-        meta = provenance.to_metadata()
-        return pa.table(columns).replace_schema_metadata({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
 
 
 def collect_images(items: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -160,7 +123,7 @@ def public_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[s
 
 def score_images(scorers: Mapping[str, Scorer], images: Sequence[Image.Image], image_names: Sequence[str],
                  prompts: Sequence[str], batch_size: int,
-                 advance: Callable[[int], None] = lambda n: None) -> ScoreTable:
+                 advance: Callable[[int], None] = lambda n: None) -> ImageScores:
     """Score every image with every scorer in batches of ``batch_size``; ``advance(n)`` after each batch."""
     for scorer in scorers.values():
         scorer.check_prompts(prompts)
@@ -181,7 +144,7 @@ def score_images(scorers: Mapping[str, Scorer], images: Sequence[Image.Image], i
         scores[label] = values
         if columns:
             extras[label] = columns
-    return ScoreTable(tuple(image_names), tuple(prompts), scores, extras)
+    return ImageScores(tuple(image_names), tuple(prompts), scores, extras)
 
 
 def build_scorers(options: Mapping[str, Mapping[str, Any]]) -> dict[str, Scorer]:
@@ -198,28 +161,3 @@ def build_scorers(options: Mapping[str, Mapping[str, Any]]) -> dict[str, Scorer]
             scorer.close()
         raise
     return built
-
-
-def write_score_table(path: str | os.PathLike[str], table: ScoreTable, config: Mapping[str, Any],
-                      sources: Sequence[Source | str | os.PathLike[str]]) -> Provenance:
-    """Write ``table`` atomically as ``recast.image-scores/1`` Parquet."""
-    provenance = Provenance.new(SCHEMA, config, sources)
-    buffer = io.BytesIO()
-    pq.write_table(table.to_arrow(provenance), buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return provenance
-
-
-def read_score_table(path: str | os.PathLike[str]) -> pa.Table:
-    """The Arrow table of a ``recast.image-scores/1`` file; BadInput if it is not one."""
-    p = Path(path)
-    if not p.is_file():
-        raise BadInput(f"{p}: no such file")
-    try:
-        table = pq.read_table(p)
-    except (pa.ArrowException, OSError):
-        raise BadInput(f"{p}: not a readable Parquet file") from None
-    schema = json.loads((table.schema.metadata or {}).get(b"schema", b"null"))
-    if schema != SCHEMA:
-        raise BadInput(f"{p}: schema tag is {schema!r}, expected {SCHEMA!r}")
-    return table

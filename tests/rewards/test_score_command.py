@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recast_cli.rewards import build_scorer
-from recast_cli.rewards.scoring import SCHEMA, read_score_table
+from recast_cli.artifacts import IMAGE_SCORES_SCHEMA, read_image_scores
 from tests.rewards.conftest import noise_images, text_image
 from tests.test_cli import assert_one_line_exit_2, recast
 
@@ -34,7 +34,7 @@ def test_score_writes_one_row_per_image_and_scorer(image_dir, tiny_clip_dir, tmp
                     "--weights", f"clip={tiny_clip_dir}", "--batch-size", "2", "--out", out)
     assert result.exit_code == 0, result.stderr
     assert "wrote" in result.stdout and "ocr" in result.stdout
-    table = read_score_table(out)
+    table = read_image_scores(out)
     rows = table.to_pylist()
     assert [(r["image"].rsplit("/", 1)[1], r["scorer"]) for r in rows] == [
         ("a.png", "ocr"), ("a.png", "clip"), ("b.png", "ocr"), ("b.png", "clip"), ("c.png", "ocr"), ("c.png", "clip")]
@@ -47,7 +47,7 @@ def test_score_writes_one_row_per_image_and_scorer(image_dir, tiny_clip_dir, tmp
     np.testing.assert_allclose([r["score"] for r in rows if r["scorer"] == "clip"],
                                clip.score(images, ['a sign "Hello World"'] * 3), rtol=1e-5)
     meta = table.schema.metadata
-    assert json.loads(meta[b"schema"]) == SCHEMA
+    assert json.loads(meta[b"schema"]) == IMAGE_SCORES_SCHEMA
     assert len(json.loads(meta[b"sources"])) == 3
 
 

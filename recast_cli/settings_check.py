@@ -207,9 +207,9 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
 
 
 def _registered(name: str) -> bool:
-    from recast_cli.rewards.registry import SCORERS
+    from recast_cli.rewards.registry import is_known
 
-    return name.split("@", 1)[0] in SCORERS
+    return is_known(name)
 
 
 def _check_tables(setting: Setting) -> str:

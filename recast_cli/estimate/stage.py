@@ -168,16 +168,15 @@ def build_world(cfg: EstimateConfig) -> World:
     One builder per world: the exact analytic world (``--policy gmm1d``), its trainable version
     (a ``flow1d`` setting), and image models (an ``sd3`` setting, optionally a run's LoRA).
     """
-    from recast_cli.rewards import scorer_names
+    from recast_cli.rewards.registry import is_known, scorer_names
 
     if cfg.policy == "gmm1d":
         return _gmm1d_world(cfg)
     from recast_cli.settings import load_setting
 
-    known = scorer_names()
-    unknown = [r for r in cfg.rewards if r.split("@")[0] not in known]
+    unknown = [r for r in cfg.rewards if not is_known(r)]
     if unknown:
-        raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(known)}")
+        raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(scorer_names())}")
     setting_name, checkpoint = resolve_policy(cfg.policy)
     setting = load_setting(setting_name)
     if setting.policy.kind == "flow1d":

@@ -134,7 +134,7 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
                     batch_size: int | None = None, device: str | None = None) -> EvalPlan:
     """Resolve and check an evaluation; BadInput for anything the user can fix (nothing is written)."""
     from recast_cli.prompts import load_prompts
-    from recast_cli.rewards import scorer_names
+    from recast_cli.rewards.registry import is_known, scorer_names
     from recast_cli.settings import check_prompts
 
     target = resolve_target(run, setting, checkpoint)
@@ -158,10 +158,9 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
         rewards, lam = tuple(train.rewards), tuple(float(x) for x in train.lam)
     if len(lam) != len(rewards):
         raise BadInput(f"{target.setting.file}: lambda has {len(lam)} values for {len(rewards)} rewards")
-    known = scorer_names()
     for name in (*rewards, *cfg.judges):
-        if _label(name) not in known:
-            raise BadInput(f"unknown scorer {name!r}; known: {', '.join(known)}")
+        if not is_known(name):
+            raise BadInput(f"unknown scorer {name!r}; known: {', '.join(scorer_names())}")
     labels = [_label(name) for name in (*rewards, *cfg.judges)]
     if len(set(labels)) != len(labels):
         twice = next(x for x in labels if labels.count(x) > 1)

@@ -1,7 +1,18 @@
 """One registry of scorer names: name → "module:Class", imported only when built.
 
-Lazy imports keep heavy stacks (open_clip, OCR runtimes, HTTP clients) out of commands
-that do not use them.
+Three ways to name a scorer wherever recast takes rewards (``--rewards``, ``[train] rewards``,
+``[rewards.NAME]``, judges):
+
+* a built-in name (:data:`SCORERS`);
+* a name an installed package registers in the entry-point group ``recast.rewards``
+  (``[project.entry-points."recast.rewards"] my_reward = "my_pkg.rewards:MyScorer"``);
+  built-in names win over a plug-in of the same name;
+* a reference ``module.path:ClassName`` to any importable class implementing
+  :class:`~recast_cli.rewards.base.Scorer` (docs/rewards.md, "Your own reward").
+
+``NAME@URL`` is the client of a ``recast serve-reward NAME`` server. Lazy imports keep heavy
+stacks (open_clip, OCR runtimes, HTTP clients, a plug-in's own) out of commands that do not
+use them.
 """
 
 from __future__ import annotations
@@ -34,17 +45,71 @@ SCORERS: dict[str, str] = {
 }
 
 
+#: the entry-point group through which installed packages register scorer names
+PLUGIN_GROUP = "recast.rewards"
+
+
+def plugin_scorers() -> dict[str, str]:
+    """Names registered by installed packages (entry-point group ``recast.rewards``) → "module:Class"."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in SCORERS}
+
+
 def scorer_names() -> tuple[str, ...]:
-    return tuple(SCORERS)
+    """Every registered name: the built-ins, then the installed plug-ins'."""
+    return (*SCORERS, *plugin_scorers())
+
+
+def is_reference(name: str) -> bool:
+    """``module.path:ClassName`` (before any ``@URL``): a scorer named by its class."""
+    return ":" in name.split("@", 1)[0]
+
+
+def is_known(name: str) -> bool:
+    """A registered name, or a reference whose class loads (BadInput says why one does not)."""
+    if is_reference(name):
+        scorer_class(name)
+        return True
+    return name.split("@", 1)[0] in scorer_names()
 
 
 def scorer_class(name: str) -> type[Scorer]:
-    """The class registered as ``name`` (``NAME@URL`` is the remote client); BadInput if unknown."""
+    """The class of ``name`` (``NAME@URL`` is the remote client); BadInput if unknown or unusable."""
     base = name.split("@", 1)[0]
-    if base not in SCORERS:
-        raise BadInput(f"unknown scorer {base!r}; known: {', '.join(SCORERS)}")
-    module_name, class_name = SCORERS["remote" if "@" in name else base].split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    if "@" in name:
+        target = SCORERS["remote"]
+    elif is_reference(base):
+        target = base
+    else:
+        registered = {**SCORERS, **plugin_scorers()}
+        if base not in registered:
+            raise BadInput(f"unknown scorer {base!r}; known: {', '.join(registered)}")
+        target = registered[base]
+    return _load(target, base)
+
+
+def _load(target: str, name: str) -> type[Scorer]:
+    module_name, _, class_name = target.partition(":")
+    if not (module_name and class_name and class_name.isidentifier()
+            and all(part.isidentifier() for part in module_name.split("."))):
+        raise BadInput(f"reward {name!r}: a scorer reference is MODULE:CLASS, e.g. my_pkg.rewards:MyScorer")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise BadInput(f"reward {name!r}: no module named {exc.name!r} (is its package installed, or on "
+                       "PYTHONPATH?)") from None
+    except Exception as exc:  # a plug-in's own import error, reported in one line
+        raise BadInput(f"reward {name!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise BadInput(f"reward {name!r}: module {module_name} has no {class_name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Scorer)):
+        raise BadInput(f"reward {name!r}: {target} is not a Scorer (subclass recast_cli.rewards.base.Scorer)")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise BadInput(f"reward {name!r}: {target} does not implement {missing}")
+    return cls
 
 
 def build_scorer(name: str, **options: Any) -> Scorer:

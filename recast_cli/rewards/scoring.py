@@ -97,7 +97,7 @@ def scorer_options(rewards: Sequence[str], weights: Sequence[str], opts: Sequenc
         target(name, item)["weights"] = path
     for item in opts:
         key, sep, value = item.partition("=")
-        name, dot, option = key.partition(".")
+        name, dot, option = key.rpartition(".")  # NAME may be a dotted module:Class reference
         if not sep or not dot or not name or not option:
             raise BadInput(f"--opt takes NAME.OPTION=VALUE, got {item!r}")
         target(name, item)[option] = parse_value(value)

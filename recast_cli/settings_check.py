@@ -24,6 +24,7 @@ from typing import Any
 
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import config_from_setting as evaluate_config
+from recast_cli.positives.config import config_from_setting as positives_config
 from recast_cli.prompts import load_prompts
 from recast_cli.rewards.options import (
     CONFIG_OR_NAME_OPTIONS,
@@ -36,7 +37,6 @@ from recast_cli.settings import KNOWN_TABLES, Setting, check_prompts, load_setti
 from recast_cli.study import StudySpec, load_study
 from recast_cli.train.config import check_config, config_from_setting as train_config
 
-POSITIVES_KEYS = ("prompts", "rewards")
 #: What a folder-valued weight must hold to be a transformers model (or processor) folder.
 #: (transformers 5 writes processor_config.json where older releases wrote preprocessor_config.json)
 FOLDER_MARKERS = {("pick", "processor"): ("preprocessor_config.json", "processor_config.json")}
@@ -288,24 +288,16 @@ def _check_prompt_file(setting: Setting, source: str, rewards, options) -> str:
 
 
 def _check_positives(setting: Setting, rewards, options) -> str:
-    table = setting.raw.get("positives")
-    if table is None:
+    if setting.raw.get("positives") is None:
         return "absent"
-    if not isinstance(table, dict):
-        raise BadInput("[positives] must be a table")
-    unknown = sorted(set(table) - set(POSITIVES_KEYS))
-    if unknown:
-        raise BadInput(f"unknown key {', '.join(unknown)}; allowed: {', '.join(POSITIVES_KEYS)}")
-    names = table.get("rewards", [])
-    if not isinstance(names, list) or not all(isinstance(n, str) and _registered(n) for n in names):
-        raise BadInput(f"rewards must be a list of registered scorer names, got {names!r}")
-    if "prompts" not in table:
+    table = positives_config(setting)
+    if not all(_registered(n) for n in table.rewards):
+        raise BadInput(f"rewards must be a list of registered scorer names, got {list(table.rewards)!r}")
+    if table.prompts is None:
         return "no prompts file"
-    if not isinstance(table["prompts"], str):
-        raise BadInput(f"prompts must be a file name, got {table['prompts']!r}")
     from recast_cli.prompts import read_prompt_file
 
-    path = (setting.file.parent / table["prompts"]).resolve()
+    path = table.prompts.resolve()
     if not path.is_file():
         raise BadInput(f"prompts file {path} does not exist")
     prompts = read_prompt_file(path)[0]
@@ -325,8 +317,7 @@ def _check_study_sources(setting: Setting, study: StudySpec) -> str:
             raise BadInput("π⁺-sampling (sampling = \"pplus\") needs positives = a recast sample-positive source")
         return "none"
     if study.positives == "self":
-        table = setting.raw.get("positives")
-        if not (isinstance(table, dict) and table.get("rewards")):
+        if not positives_config(setting).rewards:
             raise BadInput("positives = \"self\" (SIR from the policy) needs [positives] rewards = the rewards "
                            "that tilt the samples")
     if study.positives == "renderer" and setting.policy.prompt_check != "toy":

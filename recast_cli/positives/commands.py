@@ -94,6 +94,7 @@ def _load_setting(setting: str | None):
 
 def _prompts(setting, prompts_file: Path | None) -> tuple[list[str], list[Path]]:
     """Prompts from --prompts, else the setting's ``[positives] prompts`` file, else the toy vocabulary."""
+    from recast_cli.positives.config import config_from_setting as positives_config
     from recast_cli.prompts import read_prompt_file
     from recast_cli.settings import check_prompts
 
@@ -103,9 +104,8 @@ def _prompts(setting, prompts_file: Path | None) -> tuple[list[str], list[Path]]
     if prompts_file is not None:
         found, sources = read_prompt_file(prompts_file)[0], [prompts_file]
     else:
-        table = setting.raw.get("positives", {})
-        if isinstance(table, dict) and isinstance(table.get("prompts"), str):
-            path = setting.file.parent / table["prompts"]
+        path = positives_config(setting).prompts
+        if path is not None:
             found, sources = read_prompt_file(path)[0], [path]
         elif setting.policy.prompt_check == "toy":
             from recast_cli.toy.renderer import all_prompts

@@ -81,11 +81,12 @@ def _self(arg, flags, setting, resolution):
 
 
 def _setting_rewards(setting) -> str:
-    table = setting.raw.get("positives", {})
-    names = table.get("rewards") if isinstance(table, dict) else None
+    from recast_cli.positives.config import config_from_setting
+
+    names = config_from_setting(setting).rewards
     if not names:
         raise BadInput("--source self needs --rewards (or [positives] rewards in the setting)")
-    return ",".join(names) if isinstance(names, list) else str(names)
+    return ",".join(names)
 
 
 _API = ("concurrency", "retries", "timeout", "backoff")

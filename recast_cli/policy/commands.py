@@ -1,4 +1,4 @@
-"""``recast sample``: the Typer command over :mod:`recast_cli.policy.sample`."""
+"""``recast sample`` and ``recast tiny-model``: the Typer commands over :mod:`recast_cli.policy`."""
 
 from __future__ import annotations
 
@@ -44,5 +44,22 @@ def sample_command(
     out.print(f"wrote {len(paths)} images to {out_dir}")
 
 
+def tiny_model_command(
+    family: str = typer.Option(..., "--family", help="sd3 | flux | qwenimage: the pipeline's architecture."),
+    out_dir: Path = typer.Option(..., "--out", help="A new or empty folder for the pipeline (diffusers layout)."),
+    seed: int = typer.Option(0, help="Seed of the random weights."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts file: its words join the vocabulary."),
+) -> None:
+    """Write a random-initialised, CPU-sized pipeline of a family's real architecture (smoke tests)."""
+    from recast_cli.policy.tiny import write_tiny_model
+    from recast_cli.prompts import read_prompt_file
+
+    words = read_prompt_file(prompts)[0] if prompts is not None else []
+    record = write_tiny_model(family, out_dir, seed=seed, prompts=words)
+    sizes = ", ".join(f"{name} {count:,}" for name, count in sorted(record["parameters"].items()))
+    out.print(f"wrote {out_dir} ({record['pipeline']}, random weights; parameters: {sizes})", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("sample")(sample_command)
+    app.command("tiny-model")(tiny_model_command)

@@ -25,7 +25,7 @@ out = Console()
 
 #: ``recast --help`` lists the commands in the order of the pipeline, then the tools.
 COMMAND_ORDER = ("sample-positive", "estimate", "merge", "compare-gains", "solve-w", "train", "evaluate", "report",
-                 "study-makefile", "check-setting", "inspect", "plot", "sample", "tiny-model", "score", "serve-reward",
+                 "study-makefile", "check-setting", "preflight", "inspect", "plot", "sample", "tiny-model", "score", "serve-reward",
                  "judge", "toy")
 
 

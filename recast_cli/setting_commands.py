@@ -54,6 +54,40 @@ def check_setting_command(
     out.print(f"{report.file.name}: all {len(report.rows)} checks passed")
 
 
+def preflight_command(
+    setting: str = typer.Option(..., "--setting", help="Setting name (pipelines/NAME.toml) or a .toml path."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder for preflight.json (recast.preflight/1)."),
+    scale: str = typer.Option("full", "--scale", help="full: the setting's real architecture; tiny: the "
+                                                      "recast tiny-model architecture of its family."),
+    random_weights: bool = typer.Option(True, "--random-weights/--real-weights",
+                                        help="Random weights (the only mode: nothing is downloaded or loaded)."),
+    phases: str = typer.Option("build", "--phases", help="build (built on the meta device: parameter counts, "
+                                                         "LoRA size, weight bytes; the only phase so far)."),
+) -> None:
+    """Check a setting's policy at its real architecture on random weights, before real weights."""
+    from rich.table import Table
+
+    from recast_cli.preflight import preflight
+
+    record = preflight(setting, out_dir, scale=scale, phases=phases, random_weights=random_weights)
+    build = record["phases"].get("build")
+    if build is not None:
+        table = Table(title=f"preflight {record['setting']} ({scale}; configs: {build['configs']})",
+                      title_justify="left")
+        for column in ("component", "class", "parameters"):
+            table.add_column(column, justify="right" if column == "parameters" else "left")
+        for name, c in build["components"].items():
+            table.add_row(name, c["class"], f"{c['parameters']:,}")
+        table.add_row("total", "", f"{build['parameters_total']:,}")
+        table.add_row("trainable", f"LoRA r = {build['lora_rank']} on {build['lora_layers']} layers"
+                      if build["lora_rank"] else "full transformer", f"{build['trainable']:,}")
+        out.print(table)
+        out.print(f"weights at {build['precision']}: {build['weights_bytes'] / 2**30:.2f} GiB; "
+                  f"built in {build['seconds']:.1f} s on the meta device (nothing allocated)", highlight=False)
+    out.print(f"wrote {out_dir / 'preflight.json'}")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("preflight")(preflight_command)
     app.command("study-makefile")(study_makefile_command)
     app.command("check-setting")(check_setting_command)

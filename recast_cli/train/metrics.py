@@ -1,14 +1,6 @@
-"""The trainer's metrics log: rows of ``RUN/metrics.parquet`` (``recast.metrics/1``, whose schema
-lives in :mod:`recast_cli.artifacts.metrics`) and the same scalars in TensorBoard.
-
-Reward columns: ``reward_mean``, ``reward_std`` (over the step's images) and ``adv_abs``
-(list over t = 1…T: the mean |T·W_{i,t}·A_i|, the reward's share of the per-step advantage).
-Step columns, repeated on every reward's row: ``aggregate`` (Σ_i λ_i·mean r_i with the run's
-λ), ``loss``, ``policy_loss``, ``kl``, ``clip_frac``, ``grad_norm``, ``lr``, ``images``,
-``step_adv_abs`` (list over t: the mean |A_t| after clipping; 0 at steps not trained) and the
-wall times ``sample_s`` / ``update_s`` (the only columns a resumed run does not reproduce).
-The same scalars go to TensorBoard under ``RUN/tensorboard``.
-"""
+"""The trainer's metrics log: the rows of ``RUN/metrics.parquet`` (``recast.metrics/1``; its columns
+are documented with its schema in :mod:`recast_cli.artifacts.metrics`), rewritten after every
+step, and the same scalars in TensorBoard under ``RUN/tensorboard``."""
 
 from __future__ import annotations
 

@@ -25,6 +25,9 @@ from recast_cli.errors import BadInput
 RUN_SCHEMA = "recast.run/1"
 CHECKPOINT_SCHEMA = "recast.checkpoint/1"
 RECORD_NAME = "run.json"
+#: a checkpoint's ``adapter/`` holds the LoRA in diffusers' file name, or the full network's weights
+LORA_FILE = "pytorch_lora_weights.safetensors"
+FULL_FILE = "diffusion_pytorch_model.safetensors"
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
 

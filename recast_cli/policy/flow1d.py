@@ -103,7 +103,7 @@ def load_network(policy: Flow1DPolicy, checkpoint: str | Path) -> Path:
     """
     from safetensors.torch import load_file
 
-    from recast_cli.train.params import FULL_FILE
+    from recast_cli.artifacts.run import FULL_FILE
 
     path = Path(checkpoint)
     if path.is_dir():

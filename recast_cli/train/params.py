@@ -20,10 +20,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from recast_cli.artifacts.run import FULL_FILE, LORA_FILE
 from recast_cli.errors import BadInput
 
-LORA_FILE = "pytorch_lora_weights.safetensors"
-FULL_FILE = "diffusion_pytorch_model.safetensors"
 PREFIX = "transformer."
 #: diffusers' safetensors metadata key for the LoraConfig of a LoRA file (``diffusers.loaders.lora_base``)
 LORA_METADATA_KEY = "lora_adapter_metadata"

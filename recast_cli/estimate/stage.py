@@ -260,7 +260,7 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
     if checkpoint is not None:
         if spec.kind != "sd3":
             raise BadInput(f"--policy {cfg.policy}: a LoRA checkpoint needs an sd3 setting, {setting.file} is {spec.kind}")
-        from recast_cli.train.params import load_lora_into_policy
+        from recast_cli.policy.lora import load_lora_into_policy
 
         adapter = load_lora_into_policy(policy, checkpoint)
         source = Source.of(adapter)

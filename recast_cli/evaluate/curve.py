@@ -55,7 +55,7 @@ def parse_samplers(text: str | None) -> tuple[str, ...]:
 def plan_curve(run: Path | None, setting: str | None, out: Path, checkpoints: str | None, samplers: str | None,
                n: int | None = None, seed: int | None = None, batch_size: int | None = None) -> CurvePlan:
     """Resolve and check a flow1d evaluation; BadInput for anything the user can fix (nothing is written)."""
-    from recast_cli.train.checkpoint import list_checkpoints
+    from recast_cli.artifacts.run import list_checkpoints
 
     target = resolve_target(run, setting, None)
     if target.setting.policy.kind != "flow1d":
@@ -101,7 +101,7 @@ def evaluate_curve(plan: CurvePlan, quiet: bool = False) -> CurveTable:
     from recast_cli.policy.flow1d import load_network
     from recast_cli.rewards import build_scorer
     from recast_cli.settings import build_policy
-    from recast_cli.train.checkpoint import step_dir
+    from recast_cli.artifacts.run import step_dir
 
     spec = plan.target.setting.policy
     policy = build_policy(spec)

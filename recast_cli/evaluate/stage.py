@@ -233,7 +233,7 @@ def build_world(plan: EvalPlan) -> EvalWorld:
     policy = build_policy(spec, device=plan.device, steps=steps, guidance_scale=guidance)
     adapter = None
     if plan.target.checkpoint is not None:
-        from recast_cli.train.params import load_lora_into_policy
+        from recast_cli.policy.lora import load_lora_into_policy
 
         adapter = Source.of(load_lora_into_policy(policy, plan.target.checkpoint))
     scorers = []

@@ -22,10 +22,9 @@ from safetensors.torch import load_file, save_file
 
 from recast_cli.artifacts.run import FULL_FILE, LORA_FILE
 from recast_cli.errors import BadInput
+from recast_cli.policy.lora import LORA_METADATA_KEY
 
 PREFIX = "transformer."
-#: diffusers' safetensors metadata key for the LoraConfig of a LoRA file (``diffusers.loaders.lora_base``)
-LORA_METADATA_KEY = "lora_adapter_metadata"
 
 
 class Parameters:
@@ -167,42 +166,3 @@ def _read(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types
         raise BadInput(f"{path}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else exc})") from None
-
-
-def load_lora_into_policy(policy, checkpoint: str | Path) -> Path:
-    """Apply a checkpoint's LoRA adapter (a run folder, a checkpoint folder or the file) to an SD3 policy.
-
-    Uses diffusers' ``load_lora_weights``, the loader a diffusers user would use, and fuses
-    nothing: the adapter stays switchable. Returns the adapter file.
-    """
-    from safetensors import safe_open
-
-    path = resolve_adapter(checkpoint)
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            meta = fh.metadata() or {}
-    except Exception as exc:  # safetensors raises its own error types
-        raise BadInput(f"{path}: not a readable safetensors file ({type(exc).__name__})") from None
-    if meta.get("recast.kind") == "lora" and LORA_METADATA_KEY not in meta:
-        raise BadInput(f"{path} was written without its LoRA config ({LORA_METADATA_KEY}); diffusers would apply "
-                       "it at the wrong scale")
-    policy.pipe.load_lora_weights(str(path.parent), weight_name=path.name, adapter_name="recast")
-    return path
-
-
-def resolve_adapter(checkpoint: str | Path) -> Path:
-    """The adapter file of a run folder (its latest checkpoint), a checkpoint folder or the file itself."""
-    from recast_cli.train.checkpoint import latest_checkpoint
-
-    p = Path(checkpoint)
-    if p.is_file():
-        return p
-    if (p / "checkpoints").is_dir():
-        latest = latest_checkpoint(p)
-        if latest is None:
-            raise BadInput(f"run {p} has no complete checkpoint yet")
-        p = latest
-    for candidate in (p / "adapter" / LORA_FILE, p / LORA_FILE):
-        if candidate.is_file():
-            return candidate
-    raise BadInput(f"{checkpoint}: no LoRA adapter ({LORA_FILE}) found (a run folder, a checkpoint folder or the file)")

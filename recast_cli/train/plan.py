@@ -129,7 +129,7 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
             raise BadInput(f"--out {out} is not empty and holds no recast run; choose a new or empty folder")
     init_from = None
     if init is not None:
-        from recast_cli.train.params import resolve_adapter
+        from recast_cli.policy.lora import resolve_adapter
 
         p = Path(init)
         if not p.exists():

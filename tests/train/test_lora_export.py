@@ -27,7 +27,8 @@ from recast_cli.cli import app
 from recast_cli.errors import BadInput
 from recast_cli.policy.sd3 import SD3Policy
 from recast_cli.train.config import DEFAULT_LORA_TARGETS
-from recast_cli.train.params import LORA_FILE, Parameters, load_lora_into_policy, resolve_adapter
+from recast_cli.policy.lora import load_lora_into_policy, resolve_adapter
+from recast_cli.train.params import LORA_FILE, Parameters
 from tests.train.conftest import tiny_train_setting
 
 ATOL = 1e-6  # measured 0.0

@@ -1,0 +1,54 @@
+"""A trained run's LoRA applied to a policy, through the loader a diffusers user would call.
+
+``resolve_adapter`` finds the adapter file of a run folder (its latest complete checkpoint), a
+checkpoint folder or the file; ``load_lora_into_policy`` applies it with the pipeline's own
+``load_lora_weights``. ``recast estimate --policy RUN`` and ``recast evaluate --run`` use it;
+the trainer writes the files (``recast_cli.train.params``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recast_cli.artifacts.run import LORA_FILE, latest_checkpoint
+from recast_cli.errors import BadInput
+
+#: diffusers' safetensors metadata key for the LoraConfig of a LoRA file (``diffusers.loaders.lora_base``)
+LORA_METADATA_KEY = "lora_adapter_metadata"
+
+
+def load_lora_into_policy(policy, checkpoint: str | Path) -> Path:
+    """Apply a checkpoint's LoRA adapter (a run folder, a checkpoint folder or the file) to an SD3 policy.
+
+    Uses diffusers' ``load_lora_weights``, the loader a diffusers user would use, and fuses
+    nothing: the adapter stays switchable. Returns the adapter file.
+    """
+    from safetensors import safe_open
+
+    path = resolve_adapter(checkpoint)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+    except Exception as exc:  # safetensors raises its own error types
+        raise BadInput(f"{path}: not a readable safetensors file ({type(exc).__name__})") from None
+    if meta.get("recast.kind") == "lora" and LORA_METADATA_KEY not in meta:
+        raise BadInput(f"{path} was written without its LoRA config ({LORA_METADATA_KEY}); diffusers would apply "
+                       "it at the wrong scale")
+    policy.pipe.load_lora_weights(str(path.parent), weight_name=path.name, adapter_name="recast")
+    return path
+
+
+def resolve_adapter(checkpoint: str | Path) -> Path:
+    """The adapter file of a run folder (its latest checkpoint), a checkpoint folder or the file itself."""
+    p = Path(checkpoint)
+    if p.is_file():
+        return p
+    if (p / "checkpoints").is_dir():
+        latest = latest_checkpoint(p)
+        if latest is None:
+            raise BadInput(f"run {p} has no complete checkpoint yet")
+        p = latest
+    for candidate in (p / "adapter" / LORA_FILE, p / LORA_FILE):
+        if candidate.is_file():
+            return candidate
+    raise BadInput(f"{checkpoint}: no LoRA adapter ({LORA_FILE}) found (a run folder, a checkpoint folder or the file)")

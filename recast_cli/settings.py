@@ -122,30 +122,38 @@ def load_setting(name_or_path: str) -> Setting:
     table = raw.get("policy")
     if not isinstance(table, dict):
         raise BadInput(f"{path}: no [policy] table")
-    allowed = set(PolicySpec.__dataclass_fields__)
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise BadInput(f"{path}: unknown [policy] keys {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    for key, value in table.items():
+    return Setting(name=path.stem, file=path, policy=policy_spec(table, path), raw=raw)
+
+
+def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
+    """The ``[policy]`` table as a :class:`PolicySpec` (through :func:`parse_table`, like every table):
+    unknown keys, then each key's type, then ``kind`` and ``prompt_check`` against their choices;
+    ``path`` is resolved against the setting file's folder."""
+
+    def typed(key: str) -> Callable[[Any], Any]:
         kind = POLICY_TYPES[key]
-        ok = (isinstance(value, str) if kind is str else
-              isinstance(value, int) and not isinstance(value, bool) if kind is int else
-              isinstance(value, (int, float)) and not isinstance(value, bool))
-        if not ok:
-            expected = {str: "a string", int: "an integer", float: "a number"}[kind]
-            raise BadInput(f"{path}: [policy] {key} = {json.dumps(value, default=str)} is not {expected}")
-    if table.get("kind") not in POLICY_KINDS:
+
+        def check(value: Any) -> Any:
+            ok = (isinstance(value, str) if kind is str else
+                  isinstance(value, int) and not isinstance(value, bool) if kind is int else
+                  isinstance(value, (int, float)) and not isinstance(value, bool))
+            if not ok:
+                expected = {str: "a string", int: "an integer", float: "a number"}[kind]
+                raise BadInput(f"{path}: [policy] {key} = {json.dumps(value, default=str)} is not {expected}")
+            return value
+        return check
+
+    def unknown(keys: list[str], allowed: list[str]) -> str:
+        return f"{path}: unknown [policy] keys {', '.join(sorted(keys))}; allowed: {', '.join(sorted(allowed))}"
+
+    parse = {key: typed(key) for key in POLICY_TYPES}
+    parse["path"] = lambda value: (path.parent / typed("path")(value)).resolve()
+    spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None})
+    if spec.kind not in POLICY_KINDS:  # the choices after every type check
         raise BadInput(f"{path}: [policy] kind must be one of {', '.join(POLICY_KINDS)}")
-    if table.get("prompt_check", "none") not in PROMPT_CHECKS:
+    if spec.prompt_check not in PROMPT_CHECKS:
         raise BadInput(f"{path}: [policy] prompt_check must be one of {', '.join(PROMPT_CHECKS)}")
-    values = dict(table)
-    if "path" in values:
-        values["path"] = (path.parent / values["path"]).resolve()
-    try:
-        spec = PolicySpec(**values)
-    except TypeError as exc:
-        raise BadInput(f"{path}: [policy] {exc}") from None
-    return Setting(name=path.stem, file=path, policy=spec, raw=raw)
+    return spec
 
 
 def reward_options(setting: Setting) -> dict[str, dict[str, Any]]:

@@ -23,12 +23,12 @@ from typing import Any
 from recast_cli import __version__
 from recast_cli.artifacts import atomic_write_bytes
 from recast_cli.errors import BadInput
+from recast_cli.settings import PIPELINES
 
 PREFLIGHT_SCHEMA = "recast.preflight/1"
 PHASES = ("build",)  # estimate, train and evaluate at the setting's budget are not written yet
 SCALES = ("full", "tiny")
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = {"sd3": ROOT / "pipelines" / "configs" / "stable-diffusion-3.5-medium"}
+SHIPPED = {"sd3": PIPELINES / "configs" / "stable-diffusion-3.5-medium"}
 BYTES = {"bf16": 2, "fp16": 2, "no": 4, "fp32": 4}
 #: component folder → how its config builds a module (library, class)
 SD3_COMPONENTS = {
@@ -62,7 +62,7 @@ def config_folder(setting, scale: str) -> tuple[Path | None, str]:
         return None, "the recast tiny-model sd3 architecture"
     if spec.path is not None and (Path(spec.path) / "model_index.json").is_file():
         return Path(spec.path), f"the model folder {spec.path}"
-    return SHIPPED["sd3"], f"the shipped configs {SHIPPED['sd3'].relative_to(ROOT)} (no model folder at {spec.path})"
+    return SHIPPED["sd3"], f"the shipped configs {SHIPPED['sd3'].relative_to(PIPELINES.parent)} (no model folder at {spec.path})"
 
 
 def _module_on_meta(folder: Path, name: str):

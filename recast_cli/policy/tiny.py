@@ -34,8 +34,7 @@ from recast_cli.errors import BadInput
 FAMILIES = ("sd3", "flux", "qwenimage")
 MANIFEST = "recast-tiny-model.json"
 IMAGE_SIZE = 32
-TEXT_HIDDEN = 32
-T5_HIDDEN = 64
+TEXT_HIDDEN = 32  # the toy model's CLIP width
 
 
 def build_pipeline(family: str, words: Sequence[str], seed: int = 0):
@@ -54,7 +53,7 @@ def _flux(words: Sequence[str]):
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from recast_cli.toy.model import MAX_TOKENS, word_tokenizer
+    from recast_cli.toy.model import MAX_TOKENS, T5_HIDDEN, tiny_t5, tiny_vae, word_tokenizer
 
     tokenizer = word_tokenizer(words)
     clip = CLIPTextModel(CLIPTextConfig(
@@ -66,8 +65,8 @@ def _flux(words: Sequence[str]):
         joint_attention_dim=T5_HIDDEN, pooled_projection_dim=TEXT_HIDDEN, guidance_embeds=True, axes_dims_rope=(4, 6, 6))
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
                                                 base_image_seq_len=256, max_image_seq_len=4096)
-    return FluxPipeline(scheduler=scheduler, vae=_kl_vae(), text_encoder=clip, tokenizer=tokenizer,
-                        text_encoder_2=_t5(tokenizer), tokenizer_2=word_tokenizer(words), transformer=transformer)
+    return FluxPipeline(scheduler=scheduler, vae=tiny_vae(IMAGE_SIZE), text_encoder=clip, tokenizer=tokenizer,
+                        text_encoder_2=tiny_t5(tokenizer), tokenizer_2=word_tokenizer(words), transformer=transformer)
 
 
 def _qwenimage(words: Sequence[str]):
@@ -102,24 +101,6 @@ def _qwenimage(words: Sequence[str]):
                                                 time_shift_type="exponential")
     return QwenImagePipeline(scheduler=scheduler, vae=vae, text_encoder=Qwen2_5_VLForConditionalGeneration(config),
                              tokenizer=tokenizer, transformer=transformer)
-
-
-def _kl_vae():
-    from diffusers import AutoencoderKL
-
-    return AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, down_block_types=("DownEncoderBlock2D",) * 3,
-        up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 32, 32), layers_per_block=1,
-        norm_num_groups=8, sample_size=IMAGE_SIZE, use_quant_conv=False, use_post_quant_conv=False,
-        scaling_factor=1.0, shift_factor=0.0)
-
-
-def _t5(tokenizer):
-    from transformers import T5Config, T5EncoderModel
-
-    return T5EncoderModel(T5Config(
-        vocab_size=len(tokenizer), d_model=T5_HIDDEN, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=0))
 
 
 def parameter_counts(pipe) -> dict[str, int]:

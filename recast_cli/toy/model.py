@@ -40,8 +40,8 @@ def word_tokenizer(words: Sequence[str], max_length: int = MAX_TOKENS):
 
 def build_pipeline(words: Sequence[str], with_t5: bool = False, seed: int = 0, image_size: int = IMAGE_SIZE):
     """A randomly initialised tiny ``StableDiffusion3Pipeline`` (deterministic from ``seed``)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
     torch.manual_seed(seed)
     tokenizer = word_tokenizer(words)
@@ -54,11 +54,7 @@ def build_pipeline(words: Sequence[str], with_t5: bool = False, seed: int = 0, i
             pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id))
 
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=LATENT_CHANNELS,
-        down_block_types=("DownEncoderBlock2D",) * 3, up_block_types=("UpDecoderBlock2D",) * 3,
-        block_out_channels=(16, 32, 32), layers_per_block=1, norm_num_groups=8, sample_size=image_size,
-        use_quant_conv=False, use_post_quant_conv=False, scaling_factor=1.0, shift_factor=0.0)
+    vae = tiny_vae(image_size)
     latent_size = image_size // 4
     transformer = SD3Transformer2DModel(
         sample_size=latent_size, patch_size=2, in_channels=LATENT_CHANNELS, out_channels=LATENT_CHANNELS,
@@ -67,14 +63,32 @@ def build_pipeline(words: Sequence[str], with_t5: bool = False, seed: int = 0, i
         qk_norm="rms_norm", dual_attention_layers=(0,))
     text_encoder_3 = tokenizer_3 = None
     if with_t5:
-        text_encoder_3 = T5EncoderModel(T5Config(
-            vocab_size=vocab_size, d_model=T5_HIDDEN, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=0))
+        text_encoder_3 = tiny_t5(tokenizer)
         tokenizer_3 = word_tokenizer(words)
     return StableDiffusion3Pipeline(
         transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
         text_encoder=clip_encoder(), tokenizer=tokenizer, text_encoder_2=clip_encoder(), tokenizer_2=word_tokenizer(words),
         text_encoder_3=text_encoder_3, tokenizer_3=tokenizer_3)
+
+
+def tiny_vae(image_size: int = IMAGE_SIZE):
+    """The toy world's ``AutoencoderKL``: 3 blocks (×4 down), LATENT_CHANNELS latents, no scaling."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=LATENT_CHANNELS,
+        down_block_types=("DownEncoderBlock2D",) * 3, up_block_types=("UpDecoderBlock2D",) * 3,
+        block_out_channels=(16, 32, 32), layers_per_block=1, norm_num_groups=8, sample_size=image_size,
+        use_quant_conv=False, use_post_quant_conv=False, scaling_factor=1.0, shift_factor=0.0)
+
+
+def tiny_t5(tokenizer):
+    """A one-layer ``T5EncoderModel`` of width T5_HIDDEN over ``tokenizer``'s vocabulary."""
+    from transformers import T5Config, T5EncoderModel
+
+    return T5EncoderModel(T5Config(
+        vocab_size=len(tokenizer), d_model=T5_HIDDEN, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=0))
 
 
 def save_pipeline(pipe, folder: str | Path) -> Path:

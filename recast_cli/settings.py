@@ -14,15 +14,16 @@ from __future__ import annotations
 import json
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from recast_cli.errors import BadInput
+from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
 from recast_cli.rewards.options import reward_options as reward_tables
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
-POLICY_KINDS = ("sd3", "gmm1d", "flow1d")
+POLICY_KINDS = (*IMAGE_KINDS, "gmm1d", "flow1d")
 PROMPT_CHECKS = ("none", "toy")
 #: The tables a setting may hold; any other (a typo such as [trian]) is refused by name.
 KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate")
@@ -153,6 +154,8 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
         raise BadInput(f"{path}: [policy] kind must be one of {', '.join(POLICY_KINDS)}")
     if spec.prompt_check not in PROMPT_CHECKS:
         raise BadInput(f"{path}: [policy] prompt_check must be one of {', '.join(PROMPT_CHECKS)}")
+    if "guidance_scale" not in table and spec.kind in DEFAULT_GUIDANCE:  # each family's own default
+        spec = replace(spec, guidance_scale=DEFAULT_GUIDANCE[spec.kind])
     return spec
 
 
@@ -182,11 +185,9 @@ def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None 
         from recast_cli.policy.flow1d import Flow1DPolicy
 
         return Flow1DPolicy(steps=steps, features=spec.features, hidden=spec.hidden)
-    from recast_cli.policy.sd3 import SD3Policy
-
     if spec.path is None:
-        raise BadInput("an sd3 policy needs [policy] path = the model folder")
-    return SD3Policy.from_pretrained(
+        raise BadInput(f"an {spec.kind} policy needs [policy] path = the model folder")
+    return policy_class(spec.kind).from_pretrained(
         spec.path, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
         resolution=spec.resolution, max_sequence_length=spec.max_sequence_length, precision=spec.precision,
         device=device)

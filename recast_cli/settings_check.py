@@ -16,13 +16,13 @@ Paths are relative to the setting file. docs/settings.md lists every key.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from recast_cli.errors import BadInput
+from recast_cli.policy.families import IMAGE_KINDS, policy_class
 from recast_cli.evaluate.config import config_from_setting as evaluate_config
 from recast_cli.positives.config import config_from_setting as positives_config
 from recast_cli.prompts import load_prompts
@@ -231,31 +231,22 @@ def _check_policy(setting: Setting) -> str:
     spec = setting.policy
     if spec.steps < 1 or spec.guidance_scale < 0 or spec.noise_level <= 0 or spec.max_sequence_length < 1:
         raise BadInput("steps and max_sequence_length must be >= 1, guidance_scale >= 0, noise_level > 0")
-    if spec.kind != "sd3":
+    if spec.kind not in IMAGE_KINDS:
         return f"{spec.kind}, {spec.steps} steps"
-    from recast_cli.policy.sd3 import PRECISIONS, check_model_folder
+    from recast_cli.policy.pipeline import PRECISIONS, read_json
 
     if spec.precision not in ("auto", *PRECISIONS):
         raise BadInput(f"precision must be one of auto, {', '.join(PRECISIONS)}; got {spec.precision!r}")
     if spec.path is None:
-        raise BadInput("an sd3 policy needs path = the model folder")
-    folder = check_model_folder(spec.path)
-    step = _pixel_step(folder)
+        raise BadInput(f"an {spec.kind} policy needs path = the model folder")
+    family = policy_class(spec.kind)
+    folder = family.check_folder(spec.path)
+    vae, transformer = read_json(folder / "vae" / "config.json"), read_json(folder / "transformer" / "config.json")
+    step = family.vae_scale_factor(vae) * family.patch(transformer)
     if spec.resolution is not None and (spec.resolution < step or spec.resolution % step):
         raise BadInput(f"resolution {spec.resolution} is not a positive multiple of {step} (VAE scale x patch size)")
-    return f"model folder {folder}"
-
-
-def _pixel_step(folder: Path) -> int:
-    """VAE downscale × transformer patch size of a diffusers SD3 folder (1 where a config says nothing)."""
-    def config(part: str) -> dict[str, Any]:
-        try:
-            return json.loads((folder / part / "config.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            raise BadInput(f"{folder}/{part}/config.json is missing or not JSON") from None
-
-    blocks = config("vae").get("block_out_channels") or [0]
-    return 2 ** (len(blocks) - 1) * int(config("transformer").get("patch_size") or 1)
+    _, grid = family.folder_grid(folder, spec.steps, spec.resolution)
+    return f"{spec.kind} model folder {folder}; grid {grid.describe()}"
 
 
 def _train_config(setting: Setting):

@@ -39,6 +39,11 @@ def assert_one_line_exit_2(result, *needles: str) -> str:
     return lines[0]
 
 
+#: the shipped settings laid out over models/ and data/, and the model folder each names
+PAPER_SETTINGS = {"ocr": "stable-diffusion-3.5-medium", "geneval": "stable-diffusion-3.5-medium",
+                  "flux-ocr": "FLUX.1-dev", "qwenimage-ocr": "Qwen-Image"}
+
+
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory) -> Path:
     """A tree laid out as the paper settings expect: pipelines/ (verbatim copies), models/, data/.
@@ -46,15 +51,18 @@ def standins(tmp_path_factory) -> Path:
     The SD3 folder is a tiny randomly initialised SD3-architecture pipeline in diffusers layout;
     the reward weights are files and folders of the names and kinds the checks look for.
     """
+    from recast_cli.policy.tiny import write_tiny_model
     from recast_cli.toy.model import build_pipeline, save_pipeline
     from recast_cli.toy.pretrain import toy_words
 
     root = tmp_path_factory.mktemp("paper")
     (root / "pipelines").mkdir()
-    for name in ("ocr", "geneval"):
+    for name in PAPER_SETTINGS:
         (root / "pipelines" / f"{name}.toml").write_text((PIPELINES / f"{name}.toml").read_text())
     models = root / "models"
     save_pipeline(build_pipeline(toy_words(), with_t5=True), models / "stable-diffusion-3.5-medium")
+    write_tiny_model("flux", models / "FLUX.1-dev")  # the tiny models of the families' real classes
+    write_tiny_model("qwenimage", models / "Qwen-Image")
     for folder, marker in (("clip-vit-large-patch14", "config.json"), ("PickScore_v1", "config.json"),
                            ("CLIP-ViT-H-14-laion2B-s32B-b79K", "preprocessor_config.json")):
         (models / folder).mkdir(parents=True)
@@ -94,15 +102,15 @@ def test_toy_setting_passes():
     assert "[policy]" in result.stdout and "24 prompts" in result.stdout
 
 
-@pytest.mark.parametrize("name", ["ocr", "geneval"])
+@pytest.mark.parametrize("name", PAPER_SETTINGS)
 def test_paper_settings_name_the_missing_model_folder(name):
     setting = load_setting(name)
     if setting.policy.path.exists():
         pytest.skip(f"{setting.policy.path} exists in this checkout")
-    assert_one_line_exit_2(check(name), f"{name}.toml", "stable-diffusion-3.5-medium", "does not exist")
+    assert_one_line_exit_2(check(name), f"{name}.toml", PAPER_SETTINGS[name], "does not exist")
 
 
-@pytest.mark.parametrize("name", ["ocr", "geneval"])
+@pytest.mark.parametrize("name", PAPER_SETTINGS)
 def test_paper_settings_pass_over_standins(standins, name):
     result = check(standins / "pipelines" / f"{name}.toml")
     assert result.exit_code == 0, result.stderr

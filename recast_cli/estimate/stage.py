@@ -166,7 +166,8 @@ def build_world(cfg: EstimateConfig) -> World:
     """Resolve policy, scorers, prompts and the positives of a run (BadInput names what is wrong).
 
     One builder per world: the exact analytic world (``--policy gmm1d``), its trainable version
-    (a ``flow1d`` setting), and image models (an ``sd3`` setting, optionally a run's LoRA).
+    (a ``flow1d`` setting), and image models (an ``sd3``, ``flux`` or ``qwenimage`` setting, optionally a
+    run's LoRA).
     """
     from recast_cli.rewards.registry import is_known, scorer_names
 
@@ -210,7 +211,7 @@ def _gmm1d_world(cfg: EstimateConfig) -> World:
 
 
 def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
-    """An image model (sd3 setting): positives from a folder or the toy renderer, or π^old-sampling
+    """An image model (sd3, flux or qwenimage setting): positives from a folder or the toy renderer, or π^old-sampling
     from a prompts file; a run's LoRA when ``--policy`` names a run or checkpoint."""
     from recast_cli.rewards import build_scorer
     from recast_cli.settings import build_policy, check_prompts, reward_options
@@ -258,8 +259,6 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
     policy = build_policy(spec, steps=cfg.steps, guidance_scale=cfg.guidance_scale)
     lora_info = {}
     if checkpoint is not None:
-        if spec.kind != "sd3":
-            raise BadInput(f"--policy {cfg.policy}: a LoRA checkpoint needs an sd3 setting, {setting.file} is {spec.kind}")
         from recast_cli.policy.lora import load_lora_into_policy
 
         adapter = load_lora_into_policy(policy, checkpoint)
@@ -548,7 +547,7 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
 def _grid_of(world: World) -> dict:
     if world.is_gmm1d:
         return GridSpec("linear").to_json()
-    return GridSpec("flowmatch", shift=float(world.policy.shift)).to_json()
+    return world.policy.grid_spec.to_json()  # the image family's own grid (flowmatch, or dynamic with its μ)
 
 
 def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path], source: Path) -> list[GainTable]:

@@ -46,6 +46,7 @@ from recast_cli.artifacts import (
 )
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
+from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.seeds import IMAGE_STRIDE, image_seed
 from recast_cli.settings import integer
 
@@ -139,8 +140,9 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
 
     target = resolve_target(run, setting, checkpoint)
     spec = target.setting.policy
-    if spec.kind != "sd3":
-        raise BadInput(f"setting {target.setting.name!r}: recast evaluate needs an image policy (sd3), "
+    if spec.kind not in IMAGE_KINDS:
+        raise BadInput(f"setting {target.setting.name!r}: recast evaluate needs an image policy "
+                       f"({', '.join(IMAGE_KINDS)}), "
                        f"not {spec.kind!r}")
     cfg, train = config_from_setting(target.setting)
     flags = {"judges": None if judges is None else tuple(judges), "n": n, "seed": seed, "batch_size": batch_size}

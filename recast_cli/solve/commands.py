@@ -23,9 +23,11 @@ def solve_w_command(
                                             "reversed (recast's columns in reverse step order: a timing control)."),
     tau: float = typer.Option(DEFAULT_TAU, help="Temperature τ of the affinity kernel K = exp(ΔD̄/τ) (E11)."),
     steps: Optional[int] = typer.Option(None, help="Solve on a grid of this many steps (E9 resampling)."),
-    grid: Optional[str] = typer.Option(None, help="Grid family for --steps: linear | flowmatch "
+    grid: Optional[str] = typer.Option(None, help="Grid family for --steps: linear | flowmatch | dynamic "
                                                   "(default: the one the gain table records)."),
     shift: Optional[float] = typer.Option(None, help="Shift of the flowmatch grid (SD3.5: 3.0)."),
+    mu: Optional[float] = typer.Option(None, help="Time shift μ of the dynamic grid (FLUX, Qwen-Image: set by the "
+                                                  "resolution; `recast check-setting` prints it)."),
     floor: float = typer.Option(DEFAULT_FLOOR, help="Rows whose total gain is below floor x the largest "
                                                     "are indiscriminable and become uniform (E10)."),
     skip_clean: int = typer.Option(0, "--skip-clean", help="The K cleanest steps t = 1…K are not trained: W = 0 "
@@ -35,7 +37,7 @@ def solve_w_command(
     from recast_cli.solve.stage import solve_w
 
     with err.status("solving W (Sinkhorn)", spinner="dots"):  # on stderr; a long solve (small τ) shows it works
-        report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift,
+        report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, mu=mu,
                          floor=floor, skip_clean=skip_clean)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)

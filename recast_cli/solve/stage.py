@@ -73,7 +73,8 @@ class SolveReport:
 
 def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike[str], *, mode: str = "recast",
             tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None,
-            shift: float | None = None, floor: float = DEFAULT_FLOOR, skip_clean: int = 0) -> SolveReport:
+            shift: float | None = None, floor: float = DEFAULT_FLOOR, skip_clean: int = 0,
+            mu: float | None = None) -> SolveReport:
     """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input).
 
     ``skip_clean`` = K leaves the K cleanest steps untrained: they get W = 0 and the solve runs
@@ -91,6 +92,8 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--grid must be one of {', '.join(GRID_KINDS)}, got {grid!r}")
     if shift is not None and not (math.isfinite(shift) and shift > 0):
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
+    if mu is not None and not math.isfinite(mu):
+        raise BadInput(f"--mu must be a finite number, got {mu!r}")
     if skip_clean < 0:
         raise BadInput(f"--skip-clean must be >= 0, got {skip_clean}")
     out_path = check_writable(out, inputs=[gains])
@@ -101,10 +104,10 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
                        f"{lam.min():g}); the smallest would get no weight: give them on a common scale")
 
     spec = None
-    if steps is None and grid is None and shift is None:
+    if steps is None and grid is None and shift is None and mu is None:
         sigmas, gain = table.sigmas, table.gain
     else:
-        spec = _target_grid(table.meta.get("grid"), grid, shift, gains)
+        spec = _target_grid(table.meta.get("grid"), grid, shift, gains, mu)
         sigmas = spec.sigmas(steps if steps is not None else table.T)
         gain = table.gain if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, table.gain, sigmas)
 
@@ -154,16 +157,30 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
     return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
 
 
-def _target_grid(recorded: object, kind: str | None, shift: float | None, where: object) -> GridSpec:
-    """The grid family to solve on: the table's recorded family, with --grid/--shift overriding it."""
+def _target_grid(recorded: object, kind: str | None, shift: float | None, where: object,
+                 mu: float | None = None) -> GridSpec:
+    """The grid family to solve on: the table's recorded family, with --grid/--shift/--mu overriding it."""
     if recorded is None and kind is None:
         raise BadInput(f"{where}: the gain table records no grid family; pass --grid {'|'.join(GRID_KINDS)}")
     base = GridSpec.from_json(recorded, str(where)) if recorded is not None else None
     kind = kind or base.kind
+    if mu is not None and kind != "dynamic":
+        raise BadInput("--mu applies to the dynamic grid (FLUX, Qwen-Image), not the " + kind + " one")
     if kind == "linear":
         if shift is not None:
-            raise BadInput("--shift applies to the flowmatch grid, not the linear one")
+            raise BadInput("--shift applies to the flowmatch and dynamic grids, not the linear one")
         return GridSpec("linear")
+    if kind == "dynamic":
+        if base is None or base.kind != "dynamic":
+            raise BadInput(f"--grid dynamic needs a gain table measured on a dynamic grid (FLUX, Qwen-Image): its "
+                           f"time shift and terminal come from there; {where} records "
+                           f"{base.describe() if base else 'none'}")
+        if shift is not None and mu is not None:
+            raise BadInput("--shift and --mu: a dynamic grid is shifted by one of them (μ where the scheduler "
+                           "shifts dynamically)")
+        if mu is not None:
+            return replace(base, mu=mu)
+        return base if shift is None else replace(base, mu=None, shift=shift)
     if shift is None and (base is None or base.kind != "flowmatch"):
         raise BadInput("--grid flowmatch needs --shift (SD3 / SD3.5 use 3.0)")
     recorded_flow = base if base is not None and base.kind == "flowmatch" else GridSpec("flowmatch")

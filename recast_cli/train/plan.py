@@ -13,17 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from recast_cli.artifacts import RUN_SCHEMA, RunRecord, RunRecordError, WeightMatrix, read_run, read_weights
 from recast_cli.errors import BadInput
+from recast_cli.grid import GridSpec
+from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.prompts import load_prompts
 from recast_cli.solve.sinkhorn import lambda_hat, static_weights
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, trained_steps
 
 #: Policy kinds ``recast train`` can update.
-TRAINABLE = ("sd3", "flow1d")
+TRAINABLE = (*IMAGE_KINDS, "flow1d")
 
 
 def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray,
@@ -39,7 +40,7 @@ def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc:
                         info={"built_by": "recast train --weights static"}, trained_steps=tuple(trained))
 
 
-def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, shift: float | None, where: str) -> None:
+def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, grid: GridSpec | None, where: str) -> None:
     """BadInput unless W is for the setting's rewards (same order), λ, the sampler's grid and
     the steps the trainer trains (E13 spends W only there)."""
     if tuple(w.rewards) != tuple(cfg.rewards):
@@ -47,8 +48,7 @@ def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, sh
                        f"({', '.join(cfg.rewards)}) in that order")
     T = len(sigmas_desc) - 1
     skip = T - len(trained_steps(T, cfg.train_fraction))
-    grid = f"flowmatch --shift {shift:g}" if shift else "linear"
-    hint = f"`recast solve-w --steps {T} --grid {grid}" + (f" --skip-clean {skip}`" if skip else "`")
+    hint = f"`recast solve-w --steps {T}{grid.flags() if grid else ''}" + (f" --skip-clean {skip}`" if skip else "`")
     if w.T != T:
         raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
     if np.max(np.abs(np.asarray(w.sigmas) - sigmas_desc)) > 1e-6:
@@ -83,7 +83,7 @@ class Plan:
 
 
 def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
-             device: str | None, sigmas_desc: np.ndarray | None = None, shift: float | None = None) -> Plan:
+             device: str | None, sigmas_desc: np.ndarray | None = None, grid: GridSpec | None = None) -> Plan:
     """Resolve and check a run; raises BadInput for anything the user can fix (nothing is written)."""
     from recast_cli.settings import check_prompts, load_setting
 
@@ -98,12 +98,12 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
     prompts, _ = load_prompts(cfg.prompts)
     check_prompts(setting.policy, prompts)
     if sigmas_desc is None:
-        sigmas_desc, shift = scheduler_grid(setting.policy)
+        sigmas_desc, grid = scheduler_grid(setting.policy)
     if weights == "static":
         w = static_matrix(cfg.rewards, cfg.lam, sigmas_desc, trained_steps(len(sigmas_desc) - 1, cfg.train_fraction))
     else:
         w = read_weights(weights)
-        check_weights(w, cfg, sigmas_desc, shift, weights)
+        check_weights(w, cfg, sigmas_desc, grid, weights)
     resume_from = None
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -145,21 +145,14 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
     return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device)
 
 
-def scheduler_grid(spec) -> tuple[np.ndarray, float | None]:
-    """σ_T … σ_0 of the setting's sampler, from its scheduler config alone (no weights loaded);
-    the shift is None on the linear grid of the 1-D world."""
+def scheduler_grid(spec) -> tuple[np.ndarray, GridSpec]:
+    """σ_T … σ_0 of the setting's sampler and its grid family, from the configs alone (no weights loaded)."""
     if spec.kind == "flow1d":
-        from recast_cli.grid import GridSpec
+        return GridSpec("linear").sigmas(spec.steps)[::-1].copy(), GridSpec("linear")
+    from recast_cli.policy.families import policy_class
 
-        return GridSpec("linear").sigmas(spec.steps)[::-1].copy(), None
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    from recast_cli.policy.sd3 import check_model_folder
-
-    folder = check_model_folder(spec.path)
-    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler", local_files_only=True)
-    scheduler.set_timesteps(spec.steps)
-    return scheduler.sigmas.detach().to("cpu", torch.float64).numpy(), float(scheduler.config.shift)
+    sigmas, grid = policy_class(spec.kind).folder_grid(spec.path, spec.steps, spec.resolution)
+    return sigmas[::-1].copy(), grid
 
 
 def read_run_record(folder: Path) -> RunRecord:

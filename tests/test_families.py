@@ -1,0 +1,207 @@
+"""Every image family end to end through the CLI, on `recast tiny-model` folders.
+
+For sd3, flux and qwenimage: tiny-model → check-setting → estimate → solve-w → train
+--max-steps 2 → evaluate; the σ grid is the family's diffusers pipeline's (FLUX and Qwen-Image:
+dynamic shift μ of the token count, Qwen's stretch to 0.02) and is what the gain table and W
+record; the E1 log-probabilities of the policy's steps equal ``sde_step`` on that grid; the ODE
+sampler equals the diffusers pipeline's own sampling loop; the trained LoRA loads with the
+family's own ``pipe.load_lora_weights`` and gives the trainer's velocity.
+
+Measured (CPU, fp32): the ODE sampler against the pipeline, max |Δ| 0 (sd3, flux) and 7e-7
+(qwenimage, whose pipeline runs the CFG halves as two calls, ours as one masked call); the LoRA
+loaded by diffusers against the trainer's, max |Δ| 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from recast_cli.artifacts import read_gains, read_scores, read_weights
+from recast_cli.grid import GridSpec
+from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
+from recast_cli.policy.sde import sde_step
+from tests.test_cli import assert_one_line_exit_2, recast
+
+PROMPTS = ["a red circle on a white background", "a blue square on a black background"]
+STEPS = 4
+LR = 0.02  # two steps at this rate move lora_B clearly off zero
+MOVED = 1e-3  # the trained velocity differs from the base by more than this
+ATOL = 1e-6
+
+SETTING = """[policy]
+kind = "{family}"
+path = "model"
+steps = {steps}
+resolution = 32
+max_sequence_length = 8
+precision = "no"
+noise_level = 0.7
+prompt_check = "toy"
+
+[train]
+rewards = ["toy_color", "toy_shape"]
+lambda = [1, 1]
+prompts = "toy"
+max_steps = 2
+group_size = 2
+prompts_per_step = 1
+micro_batch = 8
+sample_batch = 2
+lora_rank = 2
+lora_alpha = 4
+save_every = 1
+
+[evaluate]
+prompts = "toy"
+n = 1
+batch_size = 24
+"""
+
+
+def ok(*args):
+    result = recast(*args)
+    assert result.exit_code == 0, (args[0], result.stdout, result.stderr)
+    return result
+
+
+@pytest.fixture(scope="module", params=IMAGE_KINDS)
+def chain(request, tmp_path_factory):
+    """The whole chain through the CLI for one family; returns its folder."""
+    family = request.param
+    root = tmp_path_factory.mktemp(family)
+    ok("tiny-model", "--family", family, "--out", root / "model")
+    setting = root / "smoke.toml"
+    setting.write_text(SETTING.format(family=family, steps=STEPS))
+    shown = ok("check-setting", setting).stdout
+    ok("estimate", "--policy", setting, "--rewards", "toy_color,toy_shape", "--steps", STEPS, "--n", 2, "--k", 1,
+       "--p", 2, "--bootstrap", 0, "--out", root / "g.parquet")
+    ok("solve-w", "--gains", root / "g.parquet", "--lambda", "1,1", "--skip-clean", 1, "--out", root / "W.safetensors")
+    ok("train", "--setting", setting, "--weights", root / "W.safetensors", "--out", root / "run", "--max-steps", 2,
+       "--lr", LR, "--device", "cpu", "--quiet")
+    ok("evaluate", "--run", root / "run", "--out", root / "E.parquet", "--device", "cpu")
+    return family, root, shown
+
+
+def policy_of(family: str, root: Path, steps: int = STEPS):
+    return policy_class(family).from_pretrained(root / "model", steps=steps, guidance_scale=DEFAULT_GUIDANCE[family],
+                                                resolution=32, max_sequence_length=8, precision="no", device="cpu")
+
+
+def test_the_chain_writes_every_artifact_on_the_familys_grid(chain):
+    family, root, shown = chain
+    policy = policy_of(family, root)
+    grid = policy.grid_spec
+    assert grid.kind == ("flowmatch" if family == "sd3" else "dynamic") and f"{family} model folder" in shown
+    gains = read_gains(root / "g.parquet")
+    assert GridSpec.from_json(gains.meta["grid"]) == grid
+    np.testing.assert_array_equal(gains.sigmas, policy.sigmas.numpy())  # the exact σ grid, recorded
+    np.testing.assert_array_equal(grid.sigmas(STEPS), policy.sigmas.numpy())  # the family rebuilds it exactly
+    assert read_scores(root / "g.scores.parquet").meta["policy"]["kind"] == family
+    np.testing.assert_array_equal(read_weights(root / "W.safetensors").sigmas, policy.sigmas.numpy()[::-1])
+    run = json.loads((root / "run" / "run.json").read_text())
+    np.testing.assert_array_equal(run["sigmas"], policy.sigmas.numpy()[::-1])
+    assert (root / "run" / "checkpoints" / "step-000002").is_dir() and (root / "E.parquet").is_file()
+
+
+def test_the_grid_is_the_pipelines_own(chain):
+    """The σ's the family's diffusers pipeline samples on (FLUX / Qwen: set_timesteps(sigmas, mu))."""
+    family, root, _ = chain
+    policy = policy_of(family, root, steps=7)
+    pipe = policy.pipe
+    if family == "sd3":
+        pipe.scheduler.set_timesteps(7)
+    else:
+        from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+
+        c = pipe.scheduler.config
+        tokens = (32 // policy.vae_scale // 2) ** 2
+        mu = calculate_shift(tokens, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift)
+        pipe.scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / 7, 7), mu=mu)
+        assert policy.grid_spec.mu == pytest.approx(mu, abs=1e-12)
+    np.testing.assert_array_equal(policy.sigmas.numpy(), pipe.scheduler.sigmas.numpy().astype(np.float64)[::-1])
+    sigmas, spec = policy_class(family).folder_grid(root / "model", 7, 32)  # configs only, no weights
+    assert spec == policy.grid_spec and np.array_equal(sigmas, policy.sigmas.numpy())
+
+
+def test_step_log_probs_are_e1_on_the_familys_grid_and_mixed_t_is_one_call(chain):
+    family, root, _ = chain
+    policy = policy_of(family, root)
+    cond = policy.encode_prompts(PROMPTS + PROMPTS)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, *policy.latent_shape, generator=g)
+    t = torch.tensor([4, 3, 2, 1])
+    noise = torch.randn(x.shape, generator=g)
+    out = policy.step(x, t, cond, 0.7, noise=noise)
+    with torch.no_grad():
+        v = policy.velocity(x, policy.sigmas[t].float(), cond)
+    x_next, mean, std, log_prob = sde_step(x, v, policy.sigmas[t].float(), policy.sigmas[t - 1].float(), 0.7,
+                                           noise=noise)
+    torch.testing.assert_close(out.x_next, x_next, rtol=0, atol=0)
+    torch.testing.assert_close(out.log_prob, log_prob, rtol=0, atol=0)
+    again = policy.step(x, t, cond, 0.7, prev_sample=out.x_next)  # the trainer's ratio path
+    torch.testing.assert_close(again.log_prob, out.log_prob, rtol=0, atol=1e-5)
+    for i in range(4):  # each sample at its own σ in one call = each alone
+        alone = policy.velocity(x[i : i + 1], policy.sigmas[t[i : i + 1]].float(), cond.take(torch.tensor([i])))
+        torch.testing.assert_close(alone, v[i : i + 1], rtol=0, atol=1e-5)
+    traj = policy.sample(policy.encode_prompts(PROMPTS), 0.7, torch.tensor([5, 6]))
+    assert traj.log_probs.shape == (2, STEPS) and torch.isfinite(traj.log_probs).all()
+
+
+def test_the_ode_sampler_is_the_pipelines_sampling_loop(chain):
+    family, root, _ = chain
+    policy = policy_of(family, root)
+    x = torch.randn(2, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
+    cond = policy.encode_prompts(PROMPTS)
+    z = x.clone()
+    for t in range(STEPS, 0, -1):
+        z = policy.step(z, torch.full((2,), t), cond, 0.0).x_next
+    options = {"sd3": {"guidance_scale": DEFAULT_GUIDANCE["sd3"], "max_sequence_length": 8, "negative_prompt": ""},
+               "flux": {"guidance_scale": DEFAULT_GUIDANCE["flux"], "max_sequence_length": 8},
+               "qwenimage": {"true_cfg_scale": DEFAULT_GUIDANCE["qwenimage"], "negative_prompt": [" "] * 2,
+                             "max_sequence_length": 8}}[family]
+    latents = x if family == "sd3" else policy.pack(x)
+    ref = policy.pipe(PROMPTS, num_inference_steps=STEPS, height=32, width=32, latents=latents, output_type="latent",
+                      **options).images
+    ref = ref if family == "sd3" else policy.unpack(ref)
+    print(f"{family}: max |ours - pipeline| = {float((z - ref).abs().max()):.3g}")
+    torch.testing.assert_close(z, ref, rtol=0, atol=1e-5)
+    images = policy.decode(z)
+    assert images.shape == (2, 3, 32, 32) and policy.encode(images).shape == x.shape
+
+
+def test_the_trained_lora_loads_with_the_familys_own_load_lora_weights(chain):
+    from recast_cli.policy.lora import load_lora_into_policy, resolve_adapter
+    from recast_cli.train.config import DEFAULT_LORA_TARGETS
+    from recast_cli.train.params import Parameters
+
+    family, root, _ = chain
+    trained = policy_of(family, root)
+    params = Parameters(trained.network, 2, 4.0, DEFAULT_LORA_TARGETS, seed=0, keep_reference=False)
+    params.load(resolve_adapter(root / "run").parent)
+    loaded = policy_of(family, root)
+    assert load_lora_into_policy(loaded, root / "run") == resolve_adapter(root / "run")  # pipe.load_lora_weights
+    assert "recast" in loaded.pipe.transformer.peft_config
+    base = policy_of(family, root)
+    cond = loaded.encode_prompts(PROMPTS)
+    x = torch.randn(2, *loaded.latent_shape, generator=torch.Generator().manual_seed(1))
+    sigma = loaded.sigmas[torch.tensor([2, 3])].float()
+    with torch.no_grad():
+        v_loaded, v_trained, v_base = (p.velocity(x, sigma, cond) for p in (loaded, trained, base))
+    moved = float((v_trained - v_base).abs().max())
+    print(f"{family}: max |diffusers LoRA - trainer| = {float((v_loaded - v_trained).abs().max()):.3g}, moved {moved:.3g}")
+    assert moved > MOVED
+    torch.testing.assert_close(v_loaded, v_trained, rtol=0, atol=ATOL)
+
+
+def test_a_folder_of_another_family_is_one_line(chain, tmp_path):
+    family, root, _ = chain
+    other = "flux" if family != "flux" else "qwenimage"
+    setting = tmp_path / "wrong.toml"
+    setting.write_text(SETTING.format(family=other, steps=STEPS).replace('path = "model"',
+                                                                        f'path = "{root / "model"}"'))
+    assert_one_line_exit_2(recast("check-setting", setting), f"a {other} policy needs a")

@@ -121,6 +121,8 @@ def dynamic_sigmas(steps: int, shift: float = 1.0, mu: float | None = None, time
     What the FLUX.1 and Qwen-Image pipelines ask for, in the scheduler's float32 arithmetic
     (so the values agree exactly): μ given — the dynamic time shift; μ None — the fixed shift.
     """
+    if shift_terminal and steps < 2:
+        raise BadInput("a grid stretched to shift_terminal needs at least 2 steps (diffusers divides 0 by 0 at T = 1)")
     s = np.linspace(1.0, 1 / steps, steps).astype(np.float32)
     if mu is not None:
         scale = np.float32(mu) if time_shift == "linear" else np.float32(np.exp(mu))

@@ -81,6 +81,30 @@ def test_steps_on_the_flowmatch_grid(gains_path, tmp_path):
     np.testing.assert_array_equal(read_weights(out).sigmas, GridSpec("flowmatch", shift=3.0).sigmas(10)[::-1])
 
 
+def test_steps_on_a_dynamic_grid_keep_its_shift_or_take_mu(tmp_path):
+    """A FLUX / Qwen-Image table (grid ``dynamic``) resamples onto its own family; --mu moves the shift."""
+    from recast_cli.artifacts import write_gains
+    from recast_cli.grid import GridSpec
+    from tests.conftest import bump_gains, make_table
+
+    qwen = GridSpec("dynamic", mu=0.61, shift_terminal=0.02)
+    path = tmp_path / "g.parquet"
+    write_gains(path, make_table(0.05 * bump_gains([20, 3], [3, 1], 25), ("clip", "ocr"), grid=qwen))
+    for extra, grid in (([], qwen), (["--mu", "0.9"], GridSpec("dynamic", mu=0.9, shift_terminal=0.02))):
+        out = tmp_path / f"W{len(extra)}.safetensors"
+        result = recast("solve-w", "--gains", path, "--lambda", "1,1", "--steps", "6", *extra, "--out", out)
+        assert result.exit_code == 0, result.stderr
+        np.testing.assert_array_equal(read_weights(out).sigmas, grid.sigmas(6)[::-1])
+    flow = tmp_path / "flow.parquet"
+    write_gains(flow, make_table(0.05 * bump_gains([20, 3], [3, 1], 25), ("clip", "ocr"),
+                                 grid=GridSpec("flowmatch", shift=3.0)))
+    assert_one_line_exit_2(recast("solve-w", "--gains", flow, "--lambda", "1,1", "--steps", "6", "--mu", "0.6",
+                                  "--out", tmp_path / "x.safetensors"), "--mu applies to the dynamic grid")
+    assert_one_line_exit_2(recast("solve-w", "--gains", flow, "--lambda", "1,1", "--steps", "6", "--grid", "dynamic",
+                                  "--out", tmp_path / "x.safetensors"), "needs a gain table measured on a dynamic grid")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
 def test_indiscriminable_reward_becomes_uniform_with_a_warning(tmp_path):
     from recast_cli.artifacts import write_gains
     from tests.conftest import bump_gains, make_table

@@ -205,3 +205,21 @@ def test_a_folder_of_another_family_is_one_line(chain, tmp_path):
     setting.write_text(SETTING.format(family=other, steps=STEPS).replace('path = "model"',
                                                                         f'path = "{root / "model"}"'))
     assert_one_line_exit_2(recast("check-setting", setting), f"a {other} policy needs a")
+
+
+def test_a_w_on_another_resolutions_grid_is_refused_with_the_flags_that_fix_it(chain):
+    """FLUX / Qwen grids shift with the resolution (μ): a W solved at another μ does not fit the run."""
+    family, root, _ = chain
+    if family == "sd3":
+        pytest.skip("the sd3 grid does not depend on the resolution")
+    mu = policy_of(family, root).grid_spec.mu
+    ok("solve-w", "--gains", root / "g.parquet", "--lambda", "1,1", "--skip-clean", 1, "--mu", mu + 0.3,
+       "--out", root / "W-other.safetensors")
+    result = recast("train", "--setting", root / "smoke.toml", "--weights", root / "W-other.safetensors",
+                    "--out", root / "refused", "--device", "cpu", "--quiet")
+    assert_one_line_exit_2(result, "another σ grid")
+    assert f"--grid dynamic --mu {mu!r}" in result.stderr and not (root / "refused").exists()
+    ok("solve-w", "--gains", root / "g.parquet", "--lambda", "1,1", "--skip-clean", 1, "--steps", STEPS,
+       "--grid", "dynamic", "--mu", repr(mu), "--out", root / "W-fixed.safetensors")  # the flags it names
+    np.testing.assert_array_equal(read_weights(root / "W-fixed.safetensors").sigmas,
+                                  read_weights(root / "W.safetensors").sigmas)

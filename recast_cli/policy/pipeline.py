@@ -139,8 +139,7 @@ class PipelinePolicy(FlowPolicy):
                         time_shift=config.get("time_shift_type", "exponential"),
                         shift_terminal=config.get("shift_terminal") or None,
                         num_train_timesteps=int(config.get("num_train_timesteps", 1000)))
-        if spec.shift_terminal and steps < 2:
-            raise BadInput(f"{cls.FAMILY}: a scheduler that stretches to shift_terminal needs at least 2 steps")
+        spec.sigmas(steps)  # BadInput for a grid diffusers cannot build (T = 1 with a terminal stretch)
         scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
         return scheduler.sigmas.detach().to("cpu", torch.float64).flip(0).numpy(), spec
 

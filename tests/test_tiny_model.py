@@ -65,53 +65,5 @@ def test_bad_input_is_one_line_and_nothing_is_deleted(tmp_path):
     assert (taken / "notes.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
-SMOKE_SETTING = """[policy]
-kind = "sd3"
-path = "model"
-steps = 4
-guidance_scale = 2.0
-resolution = 32
-max_sequence_length = 8
-precision = "no"
-noise_level = 0.7
-prompt_check = "toy"
-
-[train]
-rewards = ["toy_color", "toy_shape"]
-lambda = [1, 1]
-prompts = "toy"
-max_steps = 2
-group_size = 2
-prompts_per_step = 1
-micro_batch = 8
-sample_batch = 2
-lora_rank = 2
-lora_alpha = 2
-save_every = 1
-
-[evaluate]
-prompts = "toy"
-n = 1
-batch_size = 24
-"""
-
-
-def test_the_readme_smoke_test_runs_on_a_tiny_sd3_folder(tmp_path):
-    """README, "Tiny models": check-setting → estimate → solve-w → train → evaluate on a tiny sd3."""
-    assert recast("tiny-model", "--family", "sd3", "--out", tmp_path / "model").exit_code == 0
-    setting = tmp_path / "smoke.toml"
-    setting.write_text(SMOKE_SETTING)
-    steps = [
-        ("check-setting", setting),
-        ("estimate", "--policy", setting, "--rewards", "toy_color,toy_shape", "--steps", "4", "--n", "2", "--k", "1",
-         "--p", "2", "--bootstrap", "0", "--out", tmp_path / "g.parquet"),
-        ("solve-w", "--gains", tmp_path / "g.parquet", "--lambda", "1,1", "--skip-clean", "1",
-         "--out", tmp_path / "W.safetensors"),
-        ("train", "--setting", setting, "--weights", tmp_path / "W.safetensors", "--out", tmp_path / "run",
-         "--device", "cpu", "--quiet"),
-        ("evaluate", "--run", tmp_path / "run", "--out", tmp_path / "E.parquet", "--device", "cpu"),
-    ]
-    for args in steps:
-        result = recast(*args)
-        assert result.exit_code == 0, (args[0], result.stdout, result.stderr)
-    assert (tmp_path / "E.parquet").is_file() and (tmp_path / "run" / "checkpoints" / "step-000002").is_dir()
+# The README's smoke test (check-setting → estimate → solve-w → train → evaluate on a tiny folder)
+# runs for every family in tests/test_families.py.

@@ -41,6 +41,7 @@ from recast_cli.artifacts import (
     read_run,
 )
 from recast_cli.errors import BadInput
+from recast_cli.grid import GridSpec
 from recast_cli.solve.sinkhorn import spill_share
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 
@@ -480,7 +481,9 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
         facts.add_row("source", f"… and {len(sources) - 3} more (--json lists them all)")
     if "sigmas" in summary:
         sig = summary["sigmas"]
-        facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}")
+        family = (summary.get("run") or {}).get("grid") if isinstance(summary.get("run"), dict) else None
+        shown = f" ({GridSpec.from_json(family).describe()})" if isinstance(family, dict) else ""
+        facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}{shown}")
     if summary["kind"] == "positives":
         facts.add_row("images", f"{summary['images']} for {summary['prompts']} prompts "
                                 f"({summary['per_prompt'][0]}–{summary['per_prompt'][1]} per prompt)")

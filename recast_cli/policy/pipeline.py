@@ -40,12 +40,13 @@ def read_json(path: Path) -> dict[str, Any]:
     return value
 
 
-def calculate_shift(tokens: int, config: dict[str, Any]) -> float:
-    """μ of the dynamic time shift: linear in the image's token count, as the FLUX / Qwen-Image pipelines set it."""
-    base_len, max_len = config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096)
-    base, top = config.get("base_shift", 0.5), config.get("max_shift", 1.15)
-    slope = (top - base) / (max_len - base_len)
-    return tokens * slope + (base - slope * base_len)
+def dynamic_mu(tokens: int, config: dict[str, Any]) -> float:
+    """μ of the dynamic time shift for ``tokens`` image tokens, as the FLUX / Qwen-Image pipelines set it
+    (diffusers' ``calculate_shift`` with the scheduler config's sequence lengths and shifts)."""
+    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+
+    return calculate_shift(tokens, config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096),
+                           config.get("base_shift", 0.5), config.get("max_shift", 1.15))
 
 
 class PipelinePolicy(FlowPolicy):
@@ -134,7 +135,7 @@ class PipelinePolicy(FlowPolicy):
         token count where the scheduler shifts dynamically (``GridSpec`` kind ``dynamic``).
         """
         config = dict(scheduler.config)
-        mu = calculate_shift(tokens, config) if config.get("use_dynamic_shifting") else None
+        mu = dynamic_mu(tokens, config) if config.get("use_dynamic_shifting") else None
         spec = GridSpec("dynamic", shift=float(config.get("shift", 1.0)), mu=mu,
                         time_shift=config.get("time_shift_type", "exponential"),
                         shift_terminal=config.get("shift_terminal") or None,

@@ -262,9 +262,11 @@ class Trainer:
         self.cfg = cfg = plan.cfg
         self.quiet = quiet
         fsdp_version = requested_fsdp()
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if fsdp_version is not None:  # before accelerate, which builds its FSDP1 plugin from the launch (GPU only)
+            check_fsdp(cfg, fsdp_version, launched)
         self.acc = accelerator or Accelerator(cpu=plan.device == "cpu")
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched > 1 and self.world == 1:  # each process would train alone and all would write one run folder
             raise BadInput(f"launched as {launched} processes, but accelerate runs this one alone (no GPU visible); "
                            "on CPUs pass --device cpu")
@@ -288,7 +290,6 @@ class Trainer:
             self.params.load(adapter)
         self.fsdp = fsdp_version is not None
         if self.fsdp:
-            check_fsdp(cfg, fsdp_version, self.world)
             shard(transformer, self.acc.device)
             self.params.bind_sharded()
         elif self.world > 1:

@@ -12,9 +12,9 @@ writes, and a resume shards them back the way ``fully_shard`` does.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
-from torch.distributed.tensor import DTensor, distribute_tensor
 
 #: the transformer's repeated blocks, each its own FSDP unit (SD3's ``JointTransformerBlock`` list)
 BLOCKS = "transformer_blocks"
@@ -39,9 +39,16 @@ def shard(network: torch.nn.Module, device: torch.device) -> None:
     fully_shard(network, mesh=mesh)
 
 
+def _sharded(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a DTensor. One exists only once torch.distributed.tensor is loaded, so
+    unsharded runs and checkpoint readers are spared its import (about 1.5 s)."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(t, dtensor.DTensor)
+
+
 def full_tensor(t: torch.Tensor) -> torch.Tensor:
     """The whole tensor of a shard (an all-gather: every process calls it, in the same order)."""
-    return t.full_tensor() if isinstance(t, DTensor) else t
+    return t.full_tensor() if _sharded(t) else t
 
 
 def shard_like(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -49,8 +56,10 @@ def shard_like(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
     Every process holds ``whole``, so each takes its rows without communication.
     """
-    if not isinstance(like, DTensor):
+    if not _sharded(like):
         return whole.to(like.device, like.dtype)
+    from torch.distributed.tensor import distribute_tensor
+
     return distribute_tensor(whole.to(like.device, like.dtype), like.device_mesh, like.placements, src_data_rank=None)
 
 

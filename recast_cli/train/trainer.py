@@ -16,7 +16,9 @@ One iteration (a "step" in the metrics and checkpoints):
    timestep), gradients accumulate over micro-batches, then one AdamW step per
    ``updates_per_step`` chunk, with grad-norm clipping and an optional EMA.
 
-Static, ReCAST and no-Sink runs differ only in the W file (``--weights``).
+Static, ReCAST and no-Sink runs differ only in the W file (``--weights``). The engine follows
+the launch (``Trainer.engine``): one process, DDP through accelerate, or FSDP2 (``train/sharding``)
+under an FSDP accelerate config; all three train the same thing at the same global batch.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ FSDP vs 1 process — losses |Δ| ≤ 1e-8 (values ~1e-6), KL |Δ| ≤ 9e-11 (va
 |Δ| ≤ 9.3e-10 (values ~1e-2), reward means |Δ| ≤ 2.7e-7 at step 2 (step 1 bit-identical), final
 LoRA max |Δ| = 8.3e-7, EMA LoRA and AdamW moments max |Δ| = 1.6e-7; the adapter files carry the
 same keys, shapes and LoRA metadata. FSDP stopped at step 1 and resumed under FSDP: every metric
-and every checkpoint tensor bit-identical to the uninterrupted FSDP run. Wall (2 steps): 1 process
-10 s, 2 FSDP processes 21 s (the tiny model is all communication and start-up).
+and every checkpoint tensor bit-identical to the uninterrupted FSDP run. Wall (2 steps, 2 shared
+cores): 1 process 10 s, 2 DDP processes 21 s, 2 FSDP processes 19-21 s (start-up and communication).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def _max_diff(a: dict, b: dict) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
-def test_the_fsdp_runs_ran_sharded_in_two_processes(runs):
+def test_each_run_records_its_engine_and_process_count(runs):
     for name, n, kind in (("one", 1, "single"), ("two", 2, "fsdp"), ("resumed", 2, "fsdp"), ("crossed", 1, "single")):
         state = json.loads((_checkpoint(runs[name]) / "state.json").read_text())
         assert (state["processes"], state["engine"]) == (n, kind), name

@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from recast_cli.artifacts import CHECKPOINT_SCHEMA, latest_checkpoint, list_checkpoints, sha256_file, step_dir
 from recast_cli.errors import BadInput
+from recast_cli.train.sharding import full_tensor, shard_like
 
 __all__ = ["CHECKPOINT_SCHEMA", "clean_partial", "latest_checkpoint", "list_checkpoints", "load_optimizer",
            "optimizer_tensors", "read_checkpoint", "restore_rng", "rng_tensors", "save_checkpoint", "step_dir"]
@@ -118,27 +119,33 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, An
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: list[str]) -> tuple[dict[str, torch.Tensor], dict]:
-    """AdamW's per-parameter state keyed by parameter name, plus its hyper-parameters as JSON."""
+    """AdamW's per-parameter state keyed by parameter name, plus its hyper-parameters as JSON.
+
+    Moments of sharded parameters are gathered whole (under FSDP every process calls this).
+    """
     sd = optimizer.state_dict()
     tensors = {}
-    for index, per_param in sd["state"].items():
-        for key, value in per_param.items():
-            tensors[f"optim/{names[index]}/{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    for index, per_param in sorted(sd["state"].items()):
+        for key, value in sorted(per_param.items()):
+            tensors[f"optim/{names[index]}/{key}"] = full_tensor(value) if torch.is_tensor(value) else torch.tensor(value)
     groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
     return tensors, {"param_groups": groups, "names": names}
 
 
 def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict,
                    names: list[str], where: str) -> None:
+    """Load what ``optimizer_tensors`` wrote; moments of sharded parameters are split as their parameter is."""
     if meta.get("names") != names:
         raise BadInput(f"{where}: the optimizer state belongs to other parameters than this run trains")
     state: dict[int, dict[str, torch.Tensor]] = {}
     index = {n: i for i, n in enumerate(names)}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     for key, value in tensors.items():
         if not key.startswith("optim/"):
             continue
         name, field = key[len("optim/"):].rsplit("/", 1)
-        state.setdefault(index[name], {})[field] = value
+        param = params[index[name]]
+        state.setdefault(index[name], {})[field] = shard_like(value, param) if value.shape == param.shape else value
     groups = []
     current = optimizer.state_dict()["param_groups"]
     if len(meta["param_groups"]) != len(current):

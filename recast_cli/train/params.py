@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from recast_cli.artifacts.run import FULL_FILE, LORA_FILE
 from recast_cli.errors import BadInput
 from recast_cli.policy.lora import LORA_METADATA_KEY
+from recast_cli.train.sharding import full_tensor
 
 PREFIX = "transformer."
 
@@ -52,15 +53,11 @@ class Parameters:
         self.named = sorted((n, p) for n, p in transformer.named_parameters() if p.requires_grad)
         if not self.named:
             raise BadInput("nothing to train: no parameter requires a gradient")
-        self.sharded = None  # (accelerator, FSDP-wrapped transformer) once ``bind_fsdp`` is called
 
-    def bind_fsdp(self, accelerator, wrapped: torch.nn.Module) -> None:
-        """The transformer is FSDP-sharded: ``state`` then gathers the full tensors (a collective).
-
-        With FSDP every rank holds a shard of each tensor, so ``state`` must be called on every
-        rank; it returns the full tensors on the main process and an empty dict elsewhere.
-        """
-        self.sharded = (accelerator, wrapped)
+    def bind_sharded(self) -> None:
+        """The transformer was sharded (FSDP2 replaces its parameters by DTensors): take the new
+        parameter objects. ``state`` then gathers the shards, so every process must call it."""
+        self.named = sorted((n, p) for n, p in self.transformer.named_parameters() if p.requires_grad)
 
     @property
     def names(self) -> list[str]:
@@ -94,21 +91,21 @@ class Parameters:
 
     # ------------------------------------------------------------------ files
 
-    def state(self) -> dict[str, torch.Tensor]:
-        """The trained tensors as written to disk (diffusers key names, contiguous CPU copies)."""
-        full = None
-        if self.sharded is not None:  # FSDP: the full state dict, gathered onto the main process (every rank calls)
-            accelerator, wrapped = self.sharded
-            full = accelerator.get_state_dict(wrapped)
-            if not accelerator.is_main_process:
-                return {}
+    def state(self, values: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The trained tensors as written to disk (diffusers key names, contiguous CPU copies).
+
+        ``values`` (by parameter name, e.g. the EMA) replace the live parameters. Sharded tensors
+        are gathered whole: under FSDP every process calls this and gets the full tensors.
+        """
+        values = dict(self.named) if values is None else values
         if self.lora:
             from peft.utils import get_peft_model_state_dict
 
-            raw = get_peft_model_state_dict(self.transformer, state_dict=full)
+            whole = {n: full_tensor(values[n]) for n in self.names}
+            raw = get_peft_model_state_dict(self.transformer, state_dict=whole)
             return {PREFIX + k: v.detach().to("cpu").contiguous().clone() for k, v in raw.items()}
-        full = self.transformer.state_dict() if full is None else full
-        return {k: v.detach().to("cpu").contiguous().clone() for k, v in full.items()}
+        raw = {k: full_tensor(values.get(k, v)) for k, v in self.transformer.state_dict().items()}
+        return {k: v.detach().to("cpu").contiguous().clone() for k, v in raw.items()}
 
     def save(self, folder: Path, tensors: dict[str, torch.Tensor] | None = None) -> Path:
         """Write the adapter (or the transformer) into ``folder``; returns the file."""

@@ -182,18 +182,20 @@ def weights_key(w: WeightMatrix) -> str:
     return digest.hexdigest()[:16]
 
 
-def check_fsdp(acc, cfg: TrainConfig, plan: Plan) -> None:
-    """What the trainer supports under FSDP (pipelines/accelerate/fsdp.yaml); BadInput for the rest.
+def check_fsdp(cfg: TrainConfig, version: int, processes: int) -> None:
+    """What the FSDP engine (``train/sharding``: FSDP2 over every process) runs; BadInput for the rest.
 
-    FSDP1 with ``use_orig_params`` keeps the parameter objects the optimizer was built on (it
-    swaps their data for shard views); FSDP2 replaces them by DTensors. Checkpoints gather the
-    adapter, not the sharded optimizer moments or EMA, so those cannot be resumed yet.
+    It shards the LoRA run's transformer itself with torch's ``fully_shard`` (FSDP2); accelerate's
+    FSDP1 plugin is not used. Full fine-tuning would keep a replicated frozen copy as the KL
+    reference, and compiling the sharded transformer is untested: both are refused.
     """
-    if acc.is_fsdp2:
-        raise BadInput("recast train supports FSDP version 1 only (fsdp_version: 1 in the accelerate config)")
-    if not acc.state.fsdp_plugin.use_orig_params:
-        raise BadInput("recast train under FSDP needs fsdp_use_orig_params: true (LoRA trains a few of each "
-                       "block's tensors)")
-    if cfg.ema_decay > 0 or plan.resume_from is not None:
-        raise BadInput("under FSDP the optimizer state and EMA are sharded and checkpoints do not gather them: "
-                       "no --resume and no ema_decay (use pipelines/accelerate/ddp.yaml)")
+    if version != 2:
+        raise BadInput(f"recast train shards with FSDP2: set fsdp_version: 2 in the accelerate config (got {version}; "
+                       "see pipelines/accelerate/fsdp.yaml)")
+    if processes < 2:
+        raise BadInput("an FSDP launch needs at least 2 processes (--num_processes); one process trains unsharded "
+                       "without the FSDP config")
+    if cfg.lora_rank == 0:
+        raise BadInput("under FSDP recast train trains LoRA adapters only (lora_rank > 0), not the whole transformer")
+    if cfg.compile:
+        raise BadInput("compile = true is not supported under FSDP; drop it or use pipelines/accelerate/ddp.yaml")

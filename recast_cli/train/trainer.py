@@ -16,7 +16,9 @@ One iteration (a "step" in the metrics and checkpoints):
    timestep), gradients accumulate over micro-batches, then one AdamW step per
    ``updates_per_step`` chunk, with grad-norm clipping and an optional EMA.
 
-Static, ReCAST and no-Sink runs differ only in the W file (``--weights``).
+Static, ReCAST and no-Sink runs differ only in the W file (``--weights``). The engine follows
+the launch (``Trainer.engine``): one process, DDP through accelerate, or FSDP2 (``train/sharding``)
+under an FSDP accelerate config; all three train the same thing at the same global batch.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from accelerate.utils import DistributedType
 
 from recast_cli.artifacts import FolderLock, RunRecord, atomic_write_bytes, write_run
 from recast_cli.errors import BadInput
@@ -44,6 +45,7 @@ from recast_cli.train.metrics import MetricsLog, step_metrics
 from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
 from recast_cli.train.params import Parameters
 from recast_cli.train.plan import Plan, check_fsdp, weights_key
+from recast_cli.train.sharding import clip_grad_norm, full_tensor, requested_fsdp, shard, shard_like
 
 
 # ------------------------------------------------------------------ the trainer
@@ -215,16 +217,16 @@ class Trainer:
             micro = [chunk[i: i + cfg.micro_batch] for i in range(0, len(chunk), cfg.micro_batch)]
             for k, part in enumerate(micro):
                 last = k == len(micro) - 1
-                sync = contextlib.nullcontext() if last or self.world == 1 else self.acc.no_sync(model)
+                sync = self.acc.no_sync(model) if self.engine == "ddp" and not last else contextlib.nullcontext()
                 with sync:
                     loss, parts = self.pair_loss(batch, adv_t, part)
                     self.acc.backward(loss / len(chunk))
                 for key in totals:
                     totals[key] += parts[key]
-            # FSDP: the model's own clip (the global norm over shards) runs only when given all its parameters
-            norm = self.acc.clip_grad_norm_(list(model.parameters()) if self.fsdp else self.params.tensors,
-                                            cfg.grad_clip)
-            grad_norm = float(norm)
+            if self.fsdp:  # the norm over every process's shards
+                grad_norm = clip_grad_norm(self.params.tensors, cfg.grad_clip)
+            else:
+                grad_norm = float(self.acc.clip_grad_norm_(self.params.tensors, cfg.grad_clip))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             if self.ema is not None:
@@ -261,13 +263,12 @@ class Trainer:
         self.plan = plan
         self.cfg = cfg = plan.cfg
         self.quiet = quiet
-        fsdp_launch = os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
-        if accelerator is None and fsdp_launch and (plan.device == "cpu" or not torch.cuda.is_available()):
-            raise BadInput("launched with an FSDP config on CPUs, but accelerate does FSDP on GPUs only; "
-                           "use pipelines/accelerate/ddp.yaml")
+        fsdp_version = requested_fsdp()
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if fsdp_version is not None:  # before accelerate, which builds its FSDP1 plugin from the launch (GPU only)
+            check_fsdp(cfg, fsdp_version, launched)
         self.acc = accelerator or Accelerator(cpu=plan.device == "cpu")
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched > 1 and self.world == 1:  # each process would train alone and all would write one run folder
             raise BadInput(f"launched as {launched} processes, but accelerate runs this one alone (no GPU visible); "
                            "on CPUs pass --device cpu")
@@ -286,23 +287,20 @@ class Trainer:
         transformer = self.policy.network
         self.params = Parameters(transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.seed,
                                  keep_reference=cfg.beta_kl > 0)
-        if plan.init_from is not None:
-            self.params.load(plan.init_from)
+        adapter = plan.resume_from / "adapter" if plan.resume_from is not None else plan.init_from
+        if adapter is not None:  # before any wrap: FSDP shards the loaded tensors
+            self.params.load(adapter)
+        self.fsdp = fsdp_version is not None
+        if self.fsdp:
+            shard(transformer, self.acc.device)
+            self.params.bind_sharded()
+        elif self.world > 1:
+            self.policy.denoiser = self.acc.prepare(transformer)
+        if cfg.compile:  # after the DDP wrap, as torch recommends; the parameters stay the same objects
+            self.policy.denoiser = torch.compile(self.policy.denoiser, backend=cfg.compile_backend)
         self.optimizer = torch.optim.AdamW(self.params.tensors, lr=cfg.learning_rate,
                                            betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                            weight_decay=cfg.weight_decay)
-        self.fsdp = self.acc.distributed_type == DistributedType.FSDP
-        if fsdp_launch and not self.fsdp:
-            raise BadInput(f"launched with an FSDP config, but accelerate runs {self.acc.distributed_type.value} here "
-                           "(it does FSDP on GPUs only); use pipelines/accelerate/ddp.yaml on CPUs")
-        if self.fsdp:  # not exercised by the tests (accelerate does FSDP on GPUs only); DDP is the tested path
-            check_fsdp(self.acc, cfg, plan)
-        if self.world > 1:
-            self.policy.denoiser = self.acc.prepare(transformer)
-        if self.fsdp:
-            self.params.bind_fsdp(self.acc, self.policy.denoiser)
-        if cfg.compile:  # after the DDP/FSDP wrap, as torch recommends; the parameters stay the same objects
-            self.policy.denoiser = torch.compile(self.policy.denoiser, backend=cfg.compile_backend)
         self.ema = {n: p.detach().clone() for n, p in self.params.named} if cfg.ema_decay > 0 else None
         self.step = 0
         self.run = plan.run
@@ -379,12 +377,12 @@ class Trainer:
         write_run(run, record, config={**self.config_record(), "run_key": self.cfg.run_key()}, sources=sources)
 
     def _restore(self, folder: Path) -> None:
+        """Continue from a checkpoint whose adapter ``__init__`` loaded: optimizer, EMA, RNG, step."""
         tensors, state = ckpt.read_checkpoint(folder)
-        self.params.load(folder / "adapter")
         ckpt.load_optimizer(self.optimizer, tensors, state["optimizer"], self.params.names, str(folder))
         if self.ema is not None:
-            for name in self.ema:
-                self.ema[name] = tensors[f"ema/{name}"].to(self.ema[name].device).clone()
+            live = dict(self.params.named)
+            self.ema = {name: shard_like(tensors[f"ema/{name}"], live[name]).clone() for name in self.ema}
         ckpt.restore_rng(tensors)
         self.step = int(state["step"])
         if self.metrics is not None:
@@ -392,22 +390,15 @@ class Trainer:
             ckpt.clean_partial(self.run)
 
     def save(self) -> Path | None:
-        adapter = self.params.state() if self.fsdp else None  # FSDP gathers the shards: every rank takes part
+        """Write a checkpoint (rank 0). Every process gathers first: under FSDP each holds shards."""
+        adapter = self.params.state()
+        ema_state = self.params.state(self.ema) if self.ema is not None else None
+        tensors, meta = ckpt.optimizer_tensors(self.optimizer, self.params.names)
+        if self.ema is not None:
+            tensors.update({f"ema/{n}": full_tensor(v) for n, v in self.ema.items()})
         if self.rank != 0:
             return None
-        tensors, meta = ckpt.optimizer_tensors(self.optimizer, self.params.names)
         tensors.update(ckpt.rng_tensors())
-        ema_state = None
-        if self.ema is not None:
-            tensors.update({f"ema/{n}": v for n, v in self.ema.items()})
-            live = {n: p for n, p in self.params.named}
-            with torch.no_grad():  # the adapter file of the EMA weights: swap them in, read, swap back
-                saved = {n: p.detach().clone() for n, p in live.items()}
-                for n, p in live.items():
-                    p.copy_(self.ema[n])
-                ema_state = self.params.state()
-                for n, p in live.items():
-                    p.copy_(saved[n])
         state = {"schema": ckpt.CHECKPOINT_SCHEMA, "step": self.step, "run_key": self.cfg.run_key(),
                  "weights_key": weights_key(self.plan.weights), "weights": self.plan.weights_source,
                  "mode": self.plan.weights.mode, "data_position": self.step * self.cfg.prompts_per_step,

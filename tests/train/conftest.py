@@ -1,7 +1,12 @@
-"""A tiny trainable toy setting: random-initialised SD3-architecture model, T = 4, small batches."""
+"""A tiny trainable toy setting (random-initialised SD3-architecture model, T = 4, small batches),
+and the 2-process CPU launch the distributed tests share."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +42,37 @@ def tiny_train_setting(root: Path, extra: str = "") -> Path:
 @pytest.fixture(scope="module")
 def train_setting(tmp_path_factory) -> Path:
     return tiny_train_setting(tmp_path_factory.mktemp("train"))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+FSDP_CONFIG = ROOT / "pipelines" / "accelerate" / "fsdp.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_env() -> dict[str, str]:
+    """CPU only (two ranks cannot share one GPU under NCCL), one thread per process."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
+               TOKENIZERS_PARALLELISM="false")
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def launch(*args: str, config: Path | None = None) -> list[str]:
+    """``accelerate launch`` of 2 processes running ``recast ARGS``: torchrun + gloo (DDP), or ``config``'s engine."""
+    how = ["--config_file", str(config)] if config is not None else \
+        ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    return [str(BIN / "accelerate"), "launch", *how, "--num_processes", "2", "--main_process_port", str(free_port()),
+            "-m", "recast_cli", *args]
+
+
+def run_cli(cmd: list[str], expect: int = 0, timeout: float = 240) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    assert done.returncode == expect, f"{' '.join(cmd)}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return done

@@ -2,8 +2,7 @@
 
 Two CPU processes (torchrun under accelerate, gloo): the groups of a step are split over the
 processes, gradients are all-reduced by DDP, metrics are gathered/reduced, rank 0 writes.
-accelerate does FSDP on GPUs only: launched with ``pipelines/accelerate/fsdp.yaml`` on CPUs it
-would silently run DDP, so the trainer refuses that launch (tested below).
+(FSDP, the other engine: tests/train/test_fsdp.py.)
 
 How the 2-process run is launched on a CPU-only machine matters: ``accelerate launch --cpu
 --num_processes 2`` goes through accelerate's *simple* launcher, which starts ONE process
@@ -29,9 +28,6 @@ differences). The tolerances below are 4-10× the measurements.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,10 +36,8 @@ import pytest
 from safetensors.torch import load_file
 
 from recast_cli.train.metrics import read_metrics
-from tests.train.conftest import tiny_train_setting
+from tests.train.conftest import launch, run_cli, tiny_train_setting
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 STEPS = 2
 # sample_batch = G: both runs sample the same 2-image batches, so step 1 is bit-identical
 COMMON = ["train", "--weights", "static", "--max-steps", str(STEPS), "--quiet", "--device", "cpu",
@@ -54,44 +48,14 @@ REWARD_ATOL = 1e-6  # step 2 only (step 1 is compared exactly); measured 2.4e-7
 GRAD_RTOL = 1e-6  # measured 0 (equal)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
-               TOKENIZERS_PARALLELISM="false")
-    env.pop("WORLD_SIZE", None)
-    return env
-
-
-def _launch(*args: str) -> list[str]:
-    return [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-            "-m", "recast_cli", *args]
-
-
-def _launch_fsdp(*args: str) -> list[str]:
-    return [str(BIN / "accelerate"), "launch", "--config_file", str(ROOT / "pipelines" / "accelerate" / "fsdp.yaml"),
-            "--num_processes", "2", "--main_process_port", str(_free_port()), "-m", "recast_cli", *args]
-
-
-def _run(cmd: list[str], expect: int = 0, timeout: float = 240) -> subprocess.CompletedProcess:
-    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout, check=False)
-    assert done.returncode == expect, f"{' '.join(cmd)}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    return done
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     setting = tiny_train_setting(root)
     args = [*COMMON, "--setting", str(setting)]
     one, two = root / "one", root / "two"
-    _run([sys.executable, "-m", "recast_cli", *args, "--out", str(one)])
-    _run(_launch(*args, "--out", str(two)))
+    run_cli([sys.executable, "-m", "recast_cli", *args, "--out", str(one)])
+    run_cli(launch(*args, "--out", str(two)))
     return one, two, setting
 
 
@@ -143,12 +107,6 @@ def test_final_lora_matches_a_single_process_run(runs):
 def test_a_launch_accelerate_does_not_distribute_is_refused(runs, tmp_path):
     setting = runs[2]
     args = [a for a in COMMON if a not in ("--device", "cpu")]
-    done = _run(_launch(*args, "--setting", str(setting), "--out", str(tmp_path / "run")), expect=1)
+    done = run_cli(launch(*args, "--setting", str(setting), "--out", str(tmp_path / "run")), expect=1)
     assert "launched as 2 processes, but accelerate runs this one alone" in done.stderr
-    assert not (tmp_path / "run").exists()
-
-
-def test_an_fsdp_launch_that_accelerate_runs_as_ddp_is_refused(runs, tmp_path):
-    done = _run(_launch_fsdp(*COMMON, "--setting", str(runs[2]), "--out", str(tmp_path / "run")), expect=1)
-    assert "launched with an FSDP config on CPUs, but accelerate does FSDP on GPUs only" in done.stderr
     assert not (tmp_path / "run").exists()

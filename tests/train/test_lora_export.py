@@ -148,25 +148,19 @@ def test_an_adapter_without_its_lora_config_is_refused(trained, tmp_path):
         load_lora_into_policy(_policy(model), stale)
 
 
-def test_a_gathered_full_state_dict_gives_the_same_adapter(trained):
-    """``Parameters.state`` after ``bind_fsdp`` maps the gathered full state dict to the same adapter tensors.
+def test_the_adapter_of_given_values_maps_them_as_peft_maps_the_live_ones(trained):
+    """``Parameters.state(values)`` (the EMA's adapter, and the path FSDP's gathered tensors take)
+    writes each value under the key peft's own state dict gives its parameter."""
+    from peft.utils import get_peft_model_state_dict
 
-    A stub accelerator stands in for FSDP (which accelerate runs on GPUs only): this tests the key
-    mapping and the main-process-only result, not FSDP itself.
-    """
     model, run = trained
     policy, params = _trainer_policy(model, run)
+    live = get_peft_model_state_dict(policy.pipe.transformer)
     plain = params.state()
-
-    class Gathering:
-        is_main_process = True
-
-        def get_state_dict(self, wrapped):
-            return {k: v.clone() for k, v in wrapped.state_dict().items()}
-
-    stub = Gathering()
-    params.bind_fsdp(stub, policy.pipe.transformer)
-    gathered = params.state()
-    assert set(gathered) == set(plain) and all(torch.equal(gathered[k], plain[k]) for k in plain)
-    stub.is_main_process = False
-    assert params.state() == {}
+    assert set(plain) == {"transformer." + k for k in live}
+    assert all(torch.equal(plain["transformer." + k], v) for k, v in live.items())
+    shifted = {n: p.detach() + i + 1 for i, (n, p) in enumerate(params.named)}
+    moved = params.state(shifted)
+    assert set(moved) == set(plain) and len(shifted) == len(plain)
+    for name, value in shifted.items():  # peft's key: the parameter's name without the adapter's
+        assert torch.equal(moved["transformer." + name.replace(".default.", ".")], value)

@@ -16,8 +16,9 @@ import sys
 
 import torch
 
-#: the transformer's repeated blocks, each its own FSDP unit (SD3's ``JointTransformerBlock`` list)
-BLOCKS = "transformer_blocks"
+#: the transformer's repeated blocks, each its own FSDP unit (SD3's and Qwen-Image's ``transformer_blocks``;
+#: FLUX.1 adds its single-stream ``single_transformer_blocks``)
+BLOCKS = ("transformer_blocks", "single_transformer_blocks")
 
 
 def requested_fsdp() -> int | None:
@@ -34,7 +35,7 @@ def shard(network: torch.nn.Module, device: torch.device) -> None:
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(device.type, (get_world_size(),))
-    for block in getattr(network, BLOCKS, ()):
+    for block in (b for name in BLOCKS for b in getattr(network, name, ())):
         fully_shard(block, mesh=mesh)
     fully_shard(network, mesh=mesh)
 

@@ -236,7 +236,7 @@ def _device():
 def _device_name(device) -> str:
     import torch
 
-    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "cpu"
+    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
 
 
 def _phase_error(exc: BaseException) -> str:

@@ -112,7 +112,7 @@ def _phase_rows(record: dict) -> list[tuple[str, dict]]:
 
 
 def _gib(value) -> str:
-    return "-" if value is None else f"{value / 2**30:.2f} GiB"
+    return "-" if value is None else f"{value / 2**30:.2f}"
 
 
 def _print_phases(record: dict) -> None:
@@ -123,10 +123,11 @@ def _print_phases(record: dict) -> None:
     rows = _phase_rows(record)
     if not rows:
         return
-    table = Table(title=f"preflight on {record['device']} at {record['dtype']} (engine {record['engine']})",
+    table = Table(title=f"preflight on {record['device']} at {record['dtype']} (engine {record['engine']}): "
+                        "batch asked, whether it fit, the largest that fit; peak GPU memory and host RSS",
                   title_justify="left")
-    for column in ("phase", "batch", "fits", "largest fit", "seconds", "img/s", "GPU peak", "host RSS"):
-        table.add_column(column, justify="left" if column in ("phase", "fits") else "right", no_wrap=True)
+    for column in ("phase", "batch", "fits", "fit at", "seconds", "img/s", "GPU GiB", "RSS GiB"):
+        table.add_column(column, justify="left" if column in ("phase", "fits") else "right", no_wrap=column == "phase")
     for name, r in rows:
         if "error" in r:
             table.add_row(name, "", Text("error", style="red"), Text(r["error"], style="red"), "", "", "", "")

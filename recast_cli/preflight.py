@@ -45,6 +45,8 @@ SD3_COMPONENTS = {
     "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
     "text_encoder_3": ("transformers", "T5EncoderModel"),
 }
+#: how :func:`materialise` initialises random weights (recorded in the JSON)
+INIT = "reset_parameters per layer, else norm scales 1, biases 0, N(0, 0.02^2); seeded per component"
 #: the CLIP encoders' token length (their position table); T5 is padded to [policy] max_sequence_length
 CLIP_TOKENS = 77
 
@@ -215,8 +217,9 @@ def random_pipeline(folder: Path | None, device, dtype, max_sequence_length: int
         modules = _components(folder, empty)
         scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler",
                                                                     local_files_only=True)
+        t5 = "text_encoder_3" in modules
         tokenizers = {"tokenizer": word_tokenizer(words, CLIP_TOKENS), "tokenizer_2": word_tokenizer(words, CLIP_TOKENS),
-                      "tokenizer_3": word_tokenizer(words, max_sequence_length) if "text_encoder_3" in modules else None}
+                      "tokenizer_3": word_tokenizer(words, max_sequence_length) if t5 else None}
         pipe = StableDiffusion3Pipeline(scheduler=scheduler, **tokenizers, **{"text_encoder_3": None, **modules})
     for seed, module in enumerate(_models(pipe).values()):
         materialise(module, device, dtype, seed)
@@ -307,63 +310,62 @@ def _rss() -> int:
     return host_rss_peak()
 
 
+def _estimate_budget(setting) -> tuple[int, int, int, int, int | None]:
+    """(T, N, K, rollout batch, P) of the setting's estimate: its ``[study]``, else ``recast estimate``'s defaults."""
+    from recast_cli.estimate.stage import EstimateConfig
+    from recast_cli.study import load_study
+
+    defaults = EstimateConfig(policy="", rewards=())
+    if not isinstance(setting.raw.get("study"), dict):
+        return defaults.steps, defaults.N, defaults.K, defaults.batch_size, None
+    study = load_study(setting)
+    return study.estimate_steps, study.n, study.k, defaults.batch_size, study.p
+
+
 def _run_phases(record, running, setting, cfg, folder, device, precision, scale, note) -> None:
+    """Materialise the random pipeline, then run each phase; a failure is its phase's one-line ``error``."""
     import torch
 
-    from recast_cli.preflight_phases import STAND_IN, Bench, estimate_phase, evaluate_phase, measured, train_phase
     from recast_cli.policy.sd3 import PRECISIONS
-    from recast_cli.study import load_study
+    from recast_cli.preflight_phases import STAND_IN, Bench, estimate_phase, evaluate_phase, measured, train_phase
     from recast_cli.toy.renderer import all_prompts
 
-    note("materialise")
-    holder: dict[str, Any] = {}
+    record["stand_ins"] = {"rewards": {r: STAND_IN for r in cfg.rewards},
+                           "prompts": "the toy world's prompts (recast_cli.toy.renderer)"}
+    made: dict[str, Any] = {}
 
-    def build() -> dict[str, Any]:
-        holder["pipe"] = random_pipeline(folder, device, PRECISIONS[precision], setting.policy.max_sequence_length)
-        return {"images": 0}
+    def materialised() -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            made["pipe"] = random_pipeline(folder, device, PRECISIONS[precision], setting.policy.max_sequence_length)
+            return {"images": 0}
 
-    out_of_memory = False
-    try:
-        made = measured(device, build)
-    except torch.cuda.OutOfMemoryError:
-        out_of_memory = True
-    if out_of_memory:  # the weights alone do not fit: no phase can run
-        record["phases"]["materialise"] = {"error": "out of memory materialising the weights", "fits": False}
+        out = measured(device, work)
+        return {"init": INIT, **{k: v for k, v in out.items() if k not in ("images", "images_per_s")}}
+
+    def run(phase: str, work: Callable[[], dict[str, Any]]) -> None:
+        note(phase)
+        try:
+            record["phases"][phase] = work()
+        except BadInput:
+            raise
+        except torch.cuda.OutOfMemoryError:  # only materialising gets here: the phases halve their batch
+            record["phases"][phase] = {"error": "CUDA out of memory (the weights alone do not fit)", "fits": False}
+        except Exception as exc:  # one line in the record; the other phases still run
+            record["phases"][phase] = {"error": _phase_error(exc), "fits": False}
+
+    run("materialise", materialised)
+    if "pipe" not in made:
         return
-    pipe = holder["pipe"]
-    parts = _models(pipe)
-    record["phases"]["materialise"] = {
-        "seconds": made["seconds"], "peak_device_bytes": made["peak_device_bytes"],
-        "host_rss_peak_bytes": made["host_rss_peak_bytes"],
-        "init": "reset_parameters per layer, else norm scales 1, biases 0, N(0, 0.02^2); seeded per component"}
-    record["parameters"] = {"total": sum(p.numel() for m in parts.values() for p in m.parameters()),
+    pipe = made["pipe"]
+    record["parameters"] = {"total": sum(p.numel() for m in _models(pipe).values() for p in m.parameters()),
                             "trainable": lora_parameters(pipe.transformer, tuple(cfg.lora_targets), cfg.lora_rank)[0]
                             if cfg.lora_rank > 0 else sum(p.numel() for p in pipe.transformer.parameters())}
     bench = Bench(pipe, setting, device, precision, setting.policy.resolution if scale == "full" else None,
                   tuple(all_prompts()))
-    record["stand_ins"] = {"rewards": {r: STAND_IN for r in cfg.rewards},
-                           "prompts": "the toy world's prompts (recast_cli.toy.renderer)"}
-    for phase in running:
-        note(phase)
-        try:
-            if phase == "estimate":
-                study = load_study(setting) if isinstance(setting.raw.get("study"), dict) else None
-                from recast_cli.estimate.stage import EstimateConfig
-
-                defaults = EstimateConfig(policy="", rewards=())
-                record["phases"]["estimate"] = estimate_phase(
-                    bench, len(cfg.rewards), study.estimate_steps if study else defaults.steps,
-                    study.n if study else defaults.N, study.k if study else defaults.K, defaults.batch_size,
-                    study.p if study else None)
-            elif phase == "train":
-                runs = {}
-                for compile_ in (False, True):
-                    runs["compile" if compile_ else "eager"] = train_phase(bench, cfg, compile_)
-                record["phases"]["train"] = runs
-                record["engine"] = next((r["engine"] for r in runs.values() if "engine" in r), "single")
-            else:
-                record["phases"]["evaluate"] = evaluate_phase(bench)
-        except BadInput:
-            raise
-        except Exception as exc:  # one line in the record; the other phases still run
-            record["phases"][phase] = {"error": _phase_error(exc), "fits": False}
+    if "estimate" in running:
+        run("estimate", lambda: estimate_phase(bench, len(cfg.rewards), *_estimate_budget(setting)))
+    if "train" in running:
+        run("train", lambda: {("compile" if c else "eager"): train_phase(bench, cfg, c) for c in (False, True)})
+        record["engine"] = record["phases"]["train"].get("eager", {}).get("engine", "single")
+    if "evaluate" in running:
+        run("evaluate", lambda: evaluate_phase(bench))

@@ -136,7 +136,8 @@ def estimate_phase(bench: Bench, rewards: int, steps: int, N: int, K: int, batch
             ends = policy.rollout(starts[torch.from_numpy(pick).to(starts.device)], torch.from_numpy(t[pick]), cond,
                                   rollout_noise, torch.from_numpy(seeds[pick]))
             scores = score_endpoints(policy, ends, prompt, scorers)
-            return {"images": len(pick), "denoiser_steps": int(t[pick].sum()), "finite": bool(np.isfinite(scores).all())}
+            return {"images": len(pick), "denoiser_steps": int(t[pick].sum()),
+                    "finite": bool(np.isfinite(scores).all())}
 
         out = measured(policy.device, work)
         per_prompt = N * K * steps * (steps + 1) // 2  # every job (n, t, k) runs t steps

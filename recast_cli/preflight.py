@@ -47,8 +47,6 @@ SD3_COMPONENTS = {
 }
 #: how :func:`materialise` initialises random weights (recorded in the JSON)
 INIT = "reset_parameters per layer, else norm scales 1, biases 0, N(0, 0.02^2); seeded per component"
-#: the CLIP encoders' token length (their position table); T5 is padded to [policy] max_sequence_length
-CLIP_TOKENS = 77
 
 
 def parse_phases(text: str) -> tuple[str, ...]:
@@ -196,8 +194,8 @@ def random_pipeline(folder: Path | None, device, dtype, max_sequence_length: int
     Built with its parameters on ``meta`` (buffers on the CPU) and :func:`materialise`-d
     component by component, so a 7.9 B-parameter pipeline is never initialised on the CPU.
     Text goes through the offline word-level tokenizer of the toy model at the real lengths
-    (77 CLIP tokens; T5 padded to ``max_sequence_length``): random weights need the shapes,
-    not the language. The tiny scale is ``recast tiny-model``'s pipeline, materialised the same way.
+    (CLIP's position table, 77 tokens in SD3.5; T5 padded to ``max_sequence_length``), also when
+    the model folder has its own tokenizers: random weights need the shapes, not the language. The tiny scale is ``recast tiny-model``'s pipeline, materialised the same way.
     """
     from accelerate import init_empty_weights
     from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
@@ -217,8 +215,9 @@ def random_pipeline(folder: Path | None, device, dtype, max_sequence_length: int
         modules = _components(folder, empty)
         scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler",
                                                                     local_files_only=True)
+        clip = modules["text_encoder"].config.max_position_embeddings  # 77 in SD3.5
         t5 = "text_encoder_3" in modules
-        tokenizers = {"tokenizer": word_tokenizer(words, CLIP_TOKENS), "tokenizer_2": word_tokenizer(words, CLIP_TOKENS),
+        tokenizers = {"tokenizer": word_tokenizer(words, clip), "tokenizer_2": word_tokenizer(words, clip),
                       "tokenizer_3": word_tokenizer(words, max_sequence_length) if t5 else None}
         pipe = StableDiffusion3Pipeline(scheduler=scheduler, **tokenizers, **{"text_encoder_3": None, **modules})
     for seed, module in enumerate(_models(pipe).values()):

@@ -194,3 +194,26 @@ def test_a_launch_of_several_processes_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert_one_line_exit_2(recast("preflight", "--out", tmp_path / "pf", "--setting", "ocr", "--phases", "build"),
                            "runs in one process")
+
+
+def test_a_model_folder_s_configs_build_a_working_random_pipeline(tmp_path):
+    """The --scale full path (configs of a folder in diffusers layout, its scheduler, the word tokenizers
+    at the encoders' lengths), on a recast tiny-model folder so that it runs on a CPU."""
+    from recast_cli.policy.tiny import write_tiny_model
+    from recast_cli.preflight import random_pipeline
+    from recast_cli.preflight_phases import Bench
+    from recast_cli.settings import load_setting
+
+    folder = tmp_path / "model"
+    write_tiny_model("sd3", folder)
+    setting = load_setting("ocr")  # T5 padded to its max_sequence_length = 128
+    pipe = random_pipeline(folder, torch.device("cpu"), torch.float32, setting.policy.max_sequence_length)
+    assert type(pipe).__name__ == "StableDiffusion3Pipeline" and pipe.scheduler.config.shift == 3.0
+    assert pipe.tokenizer.model_max_length == pipe.text_encoder.config.max_position_embeddings
+    policy = Bench(pipe, setting, torch.device("cpu"), "no", None, ()).policy(steps=3)
+    cond = policy.encode_prompts(["a red circle on a white background"] * 2)
+    assert cond.prompt_embeds.shape[1] == pipe.tokenizer.model_max_length + 128  # CLIP's tokens, then T5's
+    trajectory = policy.sample(cond, 0.7, torch.arange(2))
+    images = policy.decode(trajectory.states[:, -1])
+    assert images.shape == (2, 3, 32, 32) and torch.isfinite(images).all()
+    assert torch.isfinite(trajectory.log_probs).all()

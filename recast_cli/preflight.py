@@ -133,7 +133,7 @@ def lora_parameters(transformer, targets: tuple[str, ...], rank: int) -> tuple[i
 def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
     """The ``build`` phase's numbers (nothing is allocated: every tensor lives on ``meta``)."""
     t0 = time.perf_counter()
-    folder, source = config_folder(setting, scale)
+    folder, _ = config_folder(setting, scale)
     modules = _components(folder, on_meta)
     counts = {name: {"class": type(m).__name__, "parameters": sum(p.numel() for p in m.parameters()),
                      "on_meta": all(p.device.type == "meta" for p in m.parameters())} for name, m in modules.items()}
@@ -256,6 +256,7 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
     import diffusers
     import torch
 
+    from recast_cli.preflight_phases import host_rss_peak
     from recast_cli.settings import load_setting
     from recast_cli.train.config import config_from_setting
 
@@ -271,7 +272,7 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
         raise BadInput("recast preflight runs in one process (engine single); run it without accelerate launch")
     setting = load_setting(setting_name)
     cfg = config_from_setting(setting.raw, setting.file)
-    folder, source = config_folder(setting, scale)
+    folder, _ = config_folder(setting, scale)
     running = [p for p in chosen if p != "build"]
     device = _device() if running else torch.device("meta")
     if running and scale == "full" and device.type != "cuda":
@@ -289,7 +290,7 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
         record["phases"]["build"] = build_phase(setting, cfg, scale)
     if running:
         _run_phases(record, running, setting, cfg, folder, device, precision, scale, note)
-    record["host_rss_peak_bytes"] = _rss()
+    record["host_rss_peak_bytes"] = host_rss_peak()
     record["fits"] = _fits(record["phases"])
     atomic_write_bytes(out / "preflight.json", (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     return record
@@ -301,12 +302,6 @@ def _fits(phases: dict[str, Any]) -> bool | None:
     ran = [phases[k] for k in ("materialise", "estimate", "evaluate") if k in phases]
     ran += [train] if "error" in train else list(train.values())
     return all(r.get("fits", True) for r in ran) if ran else None
-
-
-def _rss() -> int:
-    from recast_cli.preflight_phases import host_rss_peak
-
-    return host_rss_peak()
 
 
 def _estimate_budget(setting) -> tuple[int, int, int, int, int | None]:
@@ -347,8 +342,9 @@ def _run_phases(record, running, setting, cfg, folder, device, precision, scale,
             record["phases"][phase] = work()
         except BadInput:
             raise
-        except torch.cuda.OutOfMemoryError:  # only materialising gets here: the phases halve their batch
-            record["phases"][phase] = {"error": "CUDA out of memory (the weights alone do not fit)", "fits": False}
+        except torch.cuda.OutOfMemoryError:  # outside a phase's batch, which is halved instead (fit)
+            record["phases"][phase] = {"error": "CUDA out of memory before any batch ran (the weights and the "
+                                                "phase's fixed state do not fit)", "fits": False}
         except Exception as exc:  # one line in the record; the other phases still run
             record["phases"][phase] = {"error": _phase_error(exc), "fits": False}
 

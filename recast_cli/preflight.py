@@ -133,7 +133,7 @@ def lora_parameters(transformer, targets: tuple[str, ...], rank: int) -> tuple[i
 def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
     """The ``build`` phase's numbers (nothing is allocated: every tensor lives on ``meta``)."""
     t0 = time.perf_counter()
-    folder, _ = config_folder(setting, scale)
+    folder, source = config_folder(setting, scale)
     modules = _components(folder, on_meta)
     counts = {name: {"class": type(m).__name__, "parameters": sum(p.numel() for p in m.parameters()),
                      "on_meta": all(p.device.type == "meta" for p in m.parameters())} for name, m in modules.items()}

@@ -120,6 +120,14 @@ def test_every_phase_runs_at_the_tiny_scale_on_the_cpu_through_the_cli(tmp_path,
     assert "fits on cpu at this setting's batch sizes" in shown and "train (compile)" in shown
 
 
+def test_a_paper_setting_s_evaluate_chunk_runs_at_its_size_on_the_tiny_architecture(tmp_path):
+    record, _ = run(tmp_path, "--setting", "ocr", "--scale", "tiny", "--phases", "evaluate", keys=RUN_KEYS)
+    evaluate = record["phases"]["evaluate"]
+    assert (evaluate["asked"], evaluate["images"], evaluate["T"], evaluate["guidance_scale"]) == (16, 16, 40, 4.5)
+    assert evaluate["scorers"] == 8 and evaluate["fits"] and evaluate["finite"]  # 4 rewards and 4 judges, stood in for
+    assert set(record["stand_ins"]["rewards"]) == {"clip", "hps", "pick", "ocr"}
+
+
 def test_an_out_of_memory_halves_the_batch_and_reports_the_largest_that_fits(tmp_path, small, monkeypatch):
     from recast_cli.policy.sd3 import SD3Policy
 

@@ -150,17 +150,19 @@ def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
 
 
 def materialise(module, device, dtype, seed: int):
-    """Allocate a module's ``meta`` parameters on ``device`` and initialise them, deterministically.
+    """Allocate a module's ``meta`` parameters on ``device`` in ``dtype`` (every floating tensor
+    cast as ``from_pretrained(dtype=…)`` would, before allocation, so no fp32 copy of T5-XXL ever
+    exists) and initialise them there, deterministically.
 
     Every layer with its own ``reset_parameters`` (Linear, Conv, Embedding, LayerNorm, GroupNorm,
     …) initialises itself as PyTorch does, after ``torch.manual_seed(seed)``; any other parameter
     is a norm scale (a 1-D ``weight``: ones), a bias (zeros) or seeded N(0, 0.02²). Buffers were
     built with their values on the CPU (sin-cos position tables, position ids) and are copied over.
-    A transformers model's tied parameters (T5's shared embedding) are tied again
-    (``tie_weights``), and the module is cast to ``dtype`` as ``from_pretrained(dtype=…)`` would.
+    A transformers model's tied parameters (T5's shared embedding) are tied again (``tie_weights``).
     """
     import torch
 
+    module.to(dtype)  # still on meta: the device memory is allocated once, in ``dtype``
     buffers = dict(module.named_buffers())
     module.to_empty(device=device)
     if callable(getattr(module, "tie_weights", None)):
@@ -185,7 +187,7 @@ def materialise(module, device, dtype, seed: int):
                 p.normal_(0.0, 0.02)
         for name, value in buffers.items():
             module.get_buffer(name).copy_(value)
-    return module.to(dtype)
+    return module
 
 
 def random_pipeline(folder: Path | None, device, dtype, max_sequence_length: int):

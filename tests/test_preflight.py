@@ -150,6 +150,22 @@ def test_an_out_of_memory_halves_the_batch_and_reports_the_largest_that_fits(tmp
     assert "does not fit on cpu at this setting's batch sizes; it would at: estimate at 1" in " ".join(shown.split())
 
 
+def test_a_failing_phase_is_a_row_and_one_line_not_a_traceback(tmp_path, small, monkeypatch):
+    from recast_cli.policy.sd3 import SD3Policy
+
+    def broken(self, latents):
+        raise RuntimeError("decoder exploded\nsecond line")
+
+    monkeypatch.setattr(SD3Policy, "decode", broken)
+    out = tmp_path / "pf"
+    result = recast("preflight", "--out", out, "--setting", small, "--scale", "tiny", "--phases", "build,evaluate")
+    assert result.exit_code == 1 and "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.strip() == "recast: error: preflight phase evaluate: RuntimeError: decoder exploded"
+    record = json.loads((out / "preflight.json").read_text())  # written whole, with the failure in it
+    assert record["phases"]["evaluate"] == {"error": "RuntimeError: decoder exploded", "fits": False}
+    assert record["fits"] is False and record["phases"]["build"]["parameters_total"] > 0
+
+
 def test_fit_halves_until_one_fits_and_says_when_none_does():
     def below(limit):
         def run(batch):

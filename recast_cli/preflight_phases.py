@@ -211,21 +211,21 @@ def evaluate_phase(bench: Bench) -> dict[str, Any]:
     steps = ecfg.steps if ecfg.steps is not None else spec.steps
     guidance = ecfg.guidance_scale if ecfg.guidance_scale is not None else spec.guidance_scale
     policy = bench.policy(steps, guidance)
-    with tempfile.TemporaryDirectory(prefix="recast-preflight-") as tmp:
-        plan = EvalPlan(Target(bench.setting, "base"), ecfg, list(bench.prompts), tcfg.rewards, tcfg.lam, {},
-                        Path(tmp) / "E.parquet", str(bench.device))
-        world = EvalWorld(policy, bench.stand_ins(len(plan.scorers)), None, steps, float(guidance))
+    # the stage's plan, for score_chunk's scorer names; nothing is written to its ``out``
+    plan = EvalPlan(Target(bench.setting, "base"), ecfg, list(bench.prompts), tcfg.rewards, tcfg.lam, {},
+                    Path("preflight-evaluate.parquet"), str(bench.device))
+    world = EvalWorld(policy, bench.stand_ins(len(plan.scorers)), None, steps, float(guidance))
 
-        def run(size: int) -> dict[str, Any]:
-            chunk = [EvalImage(image_id=i, prompt_id=i, prompt=bench.prompts[i % len(bench.prompts)],
-                               seed=image_seed(ecfg.seed, i, 0), image_path="") for i in range(size)]
+    def run(size: int) -> dict[str, Any]:
+        chunk = [EvalImage(image_id=i, prompt_id=i, prompt=bench.prompts[i % len(bench.prompts)],
+                           seed=image_seed(ecfg.seed, i, 0), image_path="") for i in range(size)]
 
-            def work() -> dict[str, Any]:
-                pictures = sample_chunk(world, chunk)
-                scores = score_chunk(plan, world, pictures, [im.prompt for im in chunk])
-                return {"images": len(pictures), "finite": bool(np.isfinite(list(scores.values())).all())}
+        def work() -> dict[str, Any]:
+            pictures = sample_chunk(world, chunk)
+            scores = score_chunk(plan, world, pictures, [im.prompt for im in chunk])
+            return {"images": len(pictures), "finite": bool(np.isfinite(list(scores.values())).all())}
 
-            return measured(bench.device, work)
+        return measured(bench.device, work)
 
-        record = fit(run, ecfg.batch_size, bench.device)
+    record = fit(run, ecfg.batch_size, bench.device)
     return {"T": steps, "guidance_scale": guidance, "scorers": len(plan.scorers), **record}

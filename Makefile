@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 EXAMPLE := pipelines/examples/gmm1d-exact-alpha2.parquet
 DEMO   := artifacts/demo
 
-.PHONY: setup test demo bench example clean all
+.PHONY: setup test demo bench example gpu-preflight clean all
 
 setup: $(STAMP)
 
@@ -68,6 +68,18 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rewards.py
 	$(BIN)/python -m benchmarks.bench_train
 	$(BIN)/python benchmarks/bench_threads.py --threads 1,2 --repeats 3
+
+# `recast preflight` of both paper settings on this machine's GPU: SD3.5-Medium's architecture with
+# random weights, one estimate batch, one train step (eager and compiled) and one evaluate chunk
+# each (README, "Before you spend GPU hours"): a table each on stdout, preflight.json in $(OUT)/ocr
+# and $(OUT)/geneval when OUT is set, else in artifacts/preflight/. Both run even if the first
+# fails; the target fails if either did.
+PREFLIGHT := $(if $(OUT),$(OUT),artifacts/preflight)
+gpu-preflight: $(STAMP)
+	status=0; for s in ocr geneval; do \
+	    $(BIN)/recast preflight --setting pipelines/$$s.toml --scale full --random-weights \
+	        --out $(PREFLIGHT)/$$s || status=1; \
+	done; exit $$status
 
 # Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
 example: $(STAMP)

@@ -61,30 +61,90 @@ def preflight_command(
                                                       "recast tiny-model architecture of its family."),
     random_weights: bool = typer.Option(True, "--random-weights/--real-weights",
                                         help="Random weights (the only mode: nothing is downloaded or loaded)."),
-    phases: str = typer.Option("build", "--phases", help="build (built on the meta device: parameter counts, "
-                                                         "LoRA size, weight bytes; the only phase so far)."),
+    phases: str = typer.Option("build,estimate,train,evaluate", "--phases",
+                               help="build: on the meta device (parameter counts, LoRA size, weight bytes); "
+                                    "estimate, train, evaluate: one batch of each stage on random weights."),
 ) -> None:
     """Check a setting's policy at its real architecture on random weights, before real weights."""
-    from rich.table import Table
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
     from recast_cli.preflight import preflight
 
-    record = preflight(setting, out_dir, scale=scale, phases=phases, random_weights=random_weights)
-    build = record["phases"].get("build")
-    if build is not None:
-        table = Table(title=f"preflight {record['setting']} ({scale}; configs: {build['configs']})",
-                      title_justify="left")
-        for column in ("component", "class", "parameters"):
-            table.add_column(column, justify="right" if column == "parameters" else "left")
-        for name, c in build["components"].items():
-            table.add_row(name, c["class"], f"{c['parameters']:,}")
-        table.add_row("total", "", f"{build['parameters_total']:,}")
-        table.add_row("trainable", f"LoRA r = {build['lora_rank']} on {build['lora_layers']} layers"
-                      if build["lora_rank"] else "full transformer", f"{build['trainable']:,}")
-        out.print(table)
-        out.print(f"weights at {build['precision']}: {build['weights_bytes'] / 2**30:.2f} GiB; "
-                  f"built in {build['seconds']:.1f} s on the meta device (nothing allocated)", highlight=False)
+    with Progress(TextColumn("preflight {task.description}"), TimeElapsedColumn(), console=Console(stderr=True),
+                  transient=True) as progress:
+        task = progress.add_task("")
+        record = preflight(setting, out_dir, scale=scale, phases=phases, random_weights=random_weights,
+                           progress=lambda phase: progress.update(task, description=phase))
+    _print_build(record, scale)
+    _print_phases(record)
     out.print(f"wrote {out_dir / 'preflight.json'}")
+    failed = [(name, r["error"]) for name, r in _phase_rows(record) if "error" in r]
+    if failed:
+        sys.stderr.write(f"recast: error: preflight phase {failed[0][0]}: {failed[0][1]}\n")
+        raise typer.Exit(1)
+
+
+def _print_build(record: dict, scale: str) -> None:
+    from rich.table import Table
+
+    build = record["phases"].get("build")
+    if build is None:
+        return
+    table = Table(title=f"preflight {record['setting']} ({scale}; configs: {build['configs']})", title_justify="left")
+    for column in ("component", "class", "parameters"):
+        table.add_column(column, justify="right" if column == "parameters" else "left")
+    for name, c in build["components"].items():
+        table.add_row(name, c["class"], f"{c['parameters']:,}")
+    table.add_row("total", "", f"{build['parameters_total']:,}")
+    table.add_row("trainable", f"LoRA r = {build['lora_rank']} on {build['lora_layers']} layers"
+                  if build["lora_rank"] else "full transformer", f"{build['trainable']:,}")
+    out.print(table)
+    out.print(f"weights at {build['precision']}: {build['weights_bytes'] / 2**30:.2f} GiB; "
+              f"built in {build['seconds']:.1f} s on the meta device (nothing allocated)", highlight=False)
+
+
+def _phase_rows(record: dict) -> list[tuple[str, dict]]:
+    phases = record["phases"]
+    rows = [(name, phases[name]) for name in ("materialise", "estimate") if name in phases]
+    train = phases.get("train", {})
+    rows += [("train", train)] if "error" in train else [(f"train ({k})", v) for k, v in train.items()]
+    return rows + ([("evaluate", phases["evaluate"])] if "evaluate" in phases else [])
+
+
+def _gib(value) -> str:
+    return "-" if value is None else f"{value / 2**30:.2f}"
+
+
+def _print_phases(record: dict) -> None:
+    """One row per phase run: the batch asked, whether it fit, the largest that did, time and memory."""
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = _phase_rows(record)
+    if not rows:
+        return
+    table = Table(title=f"preflight on {record['device']} at {record['dtype']} (engine {record['engine']}): "
+                        "batch asked, whether it fit, the largest that fit; peak GPU memory and host RSS",
+                  title_justify="left")
+    for column in ("phase", "batch", "fits", "fit at", "seconds", "img/s", "GPU GiB", "RSS GiB"):
+        table.add_column(column, justify="left" if column in ("phase", "fits") else "right", no_wrap=column == "phase")
+    for name, r in rows:
+        if "error" in r:
+            table.add_row(name, "", Text("error", style="red"), Text(r["error"], style="red"), "", "", "", "")
+            continue
+        fits = r.get("fits", True)
+        table.add_row(name, str(r.get("asked", "")), Text("yes" if fits else "no", style=None if fits else "red"),
+                      str(r.get("largest_fit", "")) if r.get("largest_fit", "") is not None else "none",
+                      f"{r['seconds']:.1f}" if "seconds" in r else "-",
+                      f"{r['images_per_s']:.2f}" if "images_per_s" in r else "-",
+                      _gib(r.get("peak_device_bytes")), _gib(r.get("host_rss_peak_bytes")))
+    out.print(table)
+    if record["fits"]:
+        out.print(f"fits on {record['device']} at this setting's batch sizes", highlight=False)
+    else:
+        would = ", ".join(f"{name} at {r['largest_fit']}" for name, r in rows if r.get("largest_fit"))
+        out.print(f"does not fit on {record['device']} at this setting's batch sizes"
+                  + (f"; it would at: {would}" if would else ""), highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -50,7 +50,7 @@ def _jobs(N: int, T: int, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return n.ravel(), t.ravel(), k.ravel()
 
 
-def _noised_starts(policy: FlowPolicy, x0: torch.Tensor, plan: RolloutPlan, prompt_id: int, reward_set: int,
+def noised_starts(policy: FlowPolicy, x0: torch.Tensor, plan: RolloutPlan, prompt_id: int, reward_set: int,
                    ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every (n, t, k) job of π⁺-sampling (E6): x_t^n = (1 − σ_t)·x_0^n + σ_t·ε^n, its step and seed."""
     N, T = len(x0), policy.T
@@ -99,7 +99,7 @@ def prompt_scores(policy: FlowPolicy, prompt: str, prompt_id: int, scorers: Sequ
     for set_index, x0 in enumerate(sets):
         rewards = range(m) if len(sets) == 1 else [set_index]
         if sampling == "pplus":
-            start, step, seeds, n_job, k_job = _noised_starts(policy, x0.to(policy.device), plan, prompt_id,
+            start, step, seeds, n_job, k_job = noised_starts(policy, x0.to(policy.device), plan, prompt_id,
                                                               set_index)
             endpoint0 = x0.to(policy.device)
         else:

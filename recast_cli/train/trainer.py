@@ -254,7 +254,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
 
-    def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, tensorboard: bool = True):
+    def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, tensorboard: bool = True,
+                 policy=None, scorers=None):
+        """``policy`` and ``scorers`` given are used as built (``recast preflight``: a random-weight
+        pipeline and stand-in rewards); by default the setting's are built."""
         from accelerate import Accelerator
 
         from recast_cli.rewards import build_scorer
@@ -275,7 +278,7 @@ class Trainer:
         if cfg.prompts_per_step % self.world:
             raise BadInput(f"prompts_per_step = {cfg.prompts_per_step} groups do not split over {self.world} processes")
         spec = plan.setting.policy
-        self.policy = build_policy(spec, device=str(self.acc.device))
+        self.policy = policy if policy is not None else build_policy(spec, device=str(self.acc.device))
         self.noise_level = float(cfg.noise_level if cfg.noise_level is not None else spec.noise_level)
         if self.noise_level <= 0:
             raise BadInput("the trainer needs the SDE sampler: noise_level must be > 0")
@@ -283,7 +286,8 @@ class Trainer:
         self.steps = trained_steps(self.T, cfg.train_fraction)
         self.W = torch.as_tensor(plan.weights.W, dtype=torch.float64)
         self.lam = np.asarray(cfg.lam, dtype=np.float64)
-        self.scorers = [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
+        self.scorers = scorers if scorers is not None else \
+            [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
         transformer = self.policy.network
         self.params = Parameters(transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.seed,
                                  keep_reference=cfg.beta_kl > 0)

@@ -71,6 +71,7 @@ class TrainConfig:
     seed: int = 0
     compile: bool = False  # torch.compile the denoiser for sampling and the update
     compile_backend: str = "inductor"
+    gradient_checkpointing: bool = False  # recompute each transformer block in the backward (memory for time)
     reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run_key(self) -> str:
@@ -78,9 +79,10 @@ class TrainConfig:
 
         Everything but the step budget, the checkpoint cadence and how the denoiser executes
         (``compile``, ``compile_backend``: compiled kernels round differently, so a run resumed
-        with another choice continues to within float rounding rather than bit for bit).
+        with another choice continues to within float rounding rather than bit for bit;
+        ``gradient_checkpointing`` recomputes the same forward in the backward).
         """
-        loose = ("max_steps", "save_every", "keep_checkpoints", "compile", "compile_backend")
+        loose = ("max_steps", "save_every", "keep_checkpoints", "compile", "compile_backend", "gradient_checkpointing")
         fixed = {k: v for k, v in asdict(self).items() if k not in loose}
         return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -289,6 +289,10 @@ class Trainer:
         self.scorers = scorers if scorers is not None else \
             [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
         transformer = self.policy.network
+        if cfg.gradient_checkpointing:  # diffusers' own: each block's activations recomputed in the backward
+            if not getattr(transformer, "_supports_gradient_checkpointing", False):
+                raise BadInput(f"gradient_checkpointing: {type(transformer).__name__} does not support it")
+            transformer.enable_gradient_checkpointing()
         self.params = Parameters(transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.seed,
                                  keep_reference=cfg.beta_kl > 0)
         adapter = plan.resume_from / "adapter" if plan.resume_from is not None else plan.init_from

@@ -332,3 +332,25 @@ def test_a_prompt_file_with_a_duplicate_is_refused_by_the_one_reader(train_setti
     assert_bad(train(train_setting, "static", out, "--set", f'prompts="{prompts}"'),
                "prompt 'a red circle on a white background' appears twice (prompts 0 and ")
     assert not out.exists()
+
+
+def test_gradient_checkpointing_trains_the_same_run(train_setting, static_run, tmp_path, monkeypatch):
+    """Recomputing each block in the backward changes memory, not the update: same losses and LoRA."""
+    import torch.utils.checkpoint
+    from safetensors.torch import load_file
+
+    calls = []
+    real = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = tmp_path / "gc"
+    run_ok("train", "--setting", train_setting, "--weights", "static", "--out", out, "--device", "cpu", "--quiet",
+           "--set", "gradient_checkpointing=true")
+    assert calls  # diffusers' checkpointed blocks ran in the update
+    a, b = (pd.read_parquet(run / "metrics.parquet") for run in (static_run, out))
+    np.testing.assert_allclose(b["loss"], a["loss"], rtol=0, atol=1e-7)
+    step = ckpt.list_checkpoints(out)[-1][1]
+    x, y = (load_file(str(run / "adapter" / LORA_FILE)) for run in (ckpt.list_checkpoints(static_run)[-1][1], step))
+    diff = max(float((x[k] - y[k]).abs().max()) for k in x)
+    assert diff < 1e-6, diff
+    assert json.loads((out / "run.json").read_text())["config"]["run_key"] == \
+        json.loads((static_run / "run.json").read_text())["config"]["run_key"]  # not part of the run key

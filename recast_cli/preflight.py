@@ -60,9 +60,12 @@ def parse_phases(text: str) -> tuple[str, ...]:
 def config_folder(setting, scale: str) -> tuple[Path | None, str]:
     """(the folder whose component configs to build, what it is); None for the tiny architecture."""
     spec = setting.policy
-    if spec.kind != "sd3":
+    if spec.kind in ("gmm1d", "flow1d"):
         raise BadInput(f"setting {setting.name!r}: recast preflight builds sd3 policies; {spec.kind!r} has no "
                        "architecture to check (the analytic worlds are exact)")
+    if spec.kind != "sd3":
+        raise BadInput(f"setting {setting.name!r}: recast preflight builds sd3 policies so far; for a {spec.kind} "
+                       f"setting, smoke-test it on `recast tiny-model --family {spec.kind}` (README, Tiny models)")
     if scale == "tiny":
         return None, "the recast tiny-model sd3 architecture"
     if spec.path is not None and (Path(spec.path) / "model_index.json").is_file():

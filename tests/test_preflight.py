@@ -204,6 +204,7 @@ def test_random_weights_are_materialised_deterministically_with_real_buffers_and
     (["--setting", "ocr", "--phases", "bild"], "--phases takes build,estimate,train,evaluate"),
     (["--setting", "ocr", "--scale", "huge"], "--scale must be one of full, tiny"),
     (["--setting", "twoscale"], "recast preflight builds sd3 policies"),
+    (["--setting", "flux-ocr"], "recast tiny-model --family flux"),
     (["--setting", "ocr", "--real-weights"], "random weights only"),
     (["--setting", "ocr", "--phases", "build,train"], "at --scale full needs a CUDA device"),
 ])

@@ -233,20 +233,15 @@ def _check_policy(setting: Setting) -> str:
         raise BadInput("steps and max_sequence_length must be >= 1, guidance_scale >= 0, noise_level > 0")
     if spec.kind not in IMAGE_KINDS:
         return f"{spec.kind}, {spec.steps} steps"
-    from recast_cli.policy.pipeline import PRECISIONS, read_json
+    from recast_cli.policy.pipeline import PRECISIONS
 
     if spec.precision not in ("auto", *PRECISIONS):
         raise BadInput(f"precision must be one of auto, {', '.join(PRECISIONS)}; got {spec.precision!r}")
     if spec.path is None:
         raise BadInput(f"an {spec.kind} policy needs path = the model folder")
-    family = policy_class(spec.kind)
-    folder = family.check_folder(spec.path)
-    vae, transformer = read_json(folder / "vae" / "config.json"), read_json(folder / "transformer" / "config.json")
-    step = family.vae_scale_factor(vae) * family.patch(transformer)
-    if spec.resolution is not None and (spec.resolution < step or spec.resolution % step):
-        raise BadInput(f"resolution {spec.resolution} is not a positive multiple of {step} (VAE scale x patch size)")
-    _, grid = family.folder_grid(folder, spec.steps, spec.resolution)
-    return f"{spec.kind} model folder {folder}; grid {grid.describe()}"
+    # the folder, its family and the resolution against its VAE and patch size, then the grid
+    _, grid = policy_class(spec.kind).folder_grid(spec.path, spec.steps, spec.resolution)
+    return f"{spec.kind} model folder {spec.path}; grid {grid.describe()}"
 
 
 def _train_config(setting: Setting):

@@ -18,7 +18,8 @@ LORA_METADATA_KEY = "lora_adapter_metadata"
 
 
 def load_lora_into_policy(policy, checkpoint: str | Path) -> Path:
-    """Apply a checkpoint's LoRA adapter (a run folder, a checkpoint folder or the file) to an SD3 policy.
+    """Apply a checkpoint's LoRA adapter (a run folder, a checkpoint folder or the file) to an image policy
+    (sd3, flux, qwenimage).
 
     Uses diffusers' ``load_lora_weights``, the loader a diffusers user would use, and fuses
     nothing: the adapter stays switchable. Returns the adapter file.

@@ -119,7 +119,7 @@ class PipelinePolicy(FlowPolicy):
         step = cls.vae_scale_factor(vae) * cls.patch(transformer)
         size = resolution or cls.default_sample_size(transformer) * cls.vae_scale_factor(vae)
         if size < step or size % step:
-            raise BadInput(f"resolution {size} must be a positive multiple of {step} (VAE scale x patch size)")
+            raise BadInput(f"resolution {size} is not a positive multiple of {step} (VAE scale x patch size)")
         return size
 
     @classmethod

@@ -400,10 +400,11 @@ class Trainer:
     def save(self) -> Path | None:
         """Write a checkpoint (rank 0). Every process gathers first: under FSDP each holds shards."""
         adapter = self.params.state()
-        ema_state = self.params.state(self.ema) if self.ema is not None else None
+        ema = {n: full_tensor(v) for n, v in self.ema.items()} if self.ema is not None else None  # gathered once
+        ema_state = self.params.state(ema) if ema is not None else None
         tensors, meta = ckpt.optimizer_tensors(self.optimizer, self.params.names)
-        if self.ema is not None:
-            tensors.update({f"ema/{n}": full_tensor(v) for n, v in self.ema.items()})
+        if ema is not None:
+            tensors.update({f"ema/{n}": v for n, v in ema.items()})
         if self.rank != 0:
             return None
         tensors.update(ckpt.rng_tensors())

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from recast_cli import __version__
-from recast_cli.artifacts import atomic_write_bytes
+from recast_cli.artifacts import atomic_write_bytes, claim_output
 from recast_cli.errors import BadInput
 from recast_cli.settings import PIPELINES
 
@@ -273,6 +273,7 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
     chosen = parse_phases(phases)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a directory")
+    claim_output(out / "preflight.json", PREFLIGHT_SCHEMA)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise BadInput("recast preflight runs in one process (engine single); run it without accelerate launch")
     setting = load_setting(setting_name)

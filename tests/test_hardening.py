@@ -202,9 +202,9 @@ def test_the_temporary_files_of_killed_writes_of_an_output_are_cleaned(tmp_path)
 
     dead = next(pid for pid in range(4_000_000, 4_100_000) if not Path(f"/proc/{pid}").exists())
     out = tmp_path / "W.safetensors"
-    stale = [tmp_path / f".W.safetensors.{dead}.a1b2c3.tmp", tmp_path / ".W.safetensors.x9y8z7.tmp"]
-    live = tmp_path / f".W.safetensors.{os.getpid()}.q1w2e3.tmp"  # a writer that is still running
-    other = tmp_path / f".other.safetensors.{dead}.a1b2c3.tmp"  # another output's: not ours to clean
+    stale = [tmp_path / f".W.safetensors.{dead}.a1b2c3d4.tmp"]  # recast's own form, PID gone (issue 30: nothing else)
+    live = tmp_path / f".W.safetensors.{os.getpid()}.q1w2e3r4.tmp"  # a writer that is still running
+    other = tmp_path / f".other.safetensors.{dead}.a1b2c3d4.tmp"  # another output's: not ours to clean
     for path in (*stale, live, other):
         path.write_bytes(b"partial")
     assert invoke("solve-w", "--gains", EXAMPLE, "--lambda", "1,1,1", "--out", out).exit_code == 0

@@ -10,7 +10,9 @@ is ``docs/artifacts.md``). Readers validate everything a later stage relies on a
   ``scores`` (``recast.scores/1``), ``positives`` (``recast.positives/1``), ``evaluation``
   (``recast.eval/1``), ``curve`` (``recast.curve/1``) and ``run`` (``recast.run/1``: run.json and
   the checkpoint listing);
-* ``kinds``: what a path holds (``artifact_schema``) and the reader of each tag (``READERS``).
+* ``kinds``: what a path holds (``artifact_schema``) and the reader of each tag (``READERS``);
+* ``outputs``: what an output path may replace (``claim_output``: only recast's own artifact of the
+  same kind, never a user's file or a path inside another artifact folder) and its lock.
 
 Code outside the package imports from here; the modules inside import each other by their
 full names, never through this file.
@@ -35,7 +37,7 @@ from recast_cli.artifacts.scores import (
     SCORES_SCHEMA, SCORE_COLUMNS, SCORE_RUN_KEYS, ScoreTable, read_scores, write_scores,
 )
 from recast_cli.artifacts.positives import (
-    MANIFEST_NAME, POSITIVES_SCHEMA, POSITIVE_COLUMNS, POSITIVE_REWARD_COLUMN, POSITIVE_SCALE_COLUMN, PositiveSample,
+    JOURNAL_NAME, MANIFEST_NAME, POSITIVES_SCHEMA, POSITIVE_COLUMNS, POSITIVE_REWARD_COLUMN, POSITIVE_SCALE_COLUMN, PositiveSample,
     Positives, read_positives, write_positives_manifest,
 )
 from recast_cli.artifacts.evaluation import (
@@ -54,6 +56,10 @@ from recast_cli.artifacts.image_scores import IMAGE_SCORES_SCHEMA, ImageScores, 
 from recast_cli.artifacts.judgements import JUDGEMENTS_SCHEMA, Pair, Verdict, read_judgements, write_judgements
 from recast_cli.artifacts.parts import finish_parts, open_parts, parts_dir
 from recast_cli.artifacts.kinds import FOLDER_MARKERS, READERS, artifact_kind, artifact_schema
+from recast_cli.artifacts.outputs import (
+    FIGURE_SCHEMA, IMAGE_SCHEMA, PNG_SCHEMA_KEY, REPORT_MARK, REPORT_SCHEMA, claim_output, claim_folder, png_text,
+    refuse_foreign_file,
+)
 
 
 __all__ = [
@@ -63,7 +69,7 @@ __all__ = [
     "GAINS_SCHEMA", "GAIN_COLUMNS", "GAIN_RUN_KEYS", "MONOTONE_METHODS", "SAMPLINGS", "GainTable", "read_gains",
     "validate_gain_table", "write_gains", "MARGINAL_TOL", "MODES", "WEIGHTS_SCHEMA", "WeightMatrix",
     "check_marginals", "read_weights", "validate_weights", "write_weights", "SCORES_SCHEMA", "SCORE_COLUMNS",
-    "SCORE_RUN_KEYS", "ScoreTable", "read_scores", "write_scores", "MANIFEST_NAME", "POSITIVES_SCHEMA",
+    "SCORE_RUN_KEYS", "ScoreTable", "read_scores", "write_scores", "JOURNAL_NAME", "MANIFEST_NAME", "POSITIVES_SCHEMA",
     "POSITIVE_COLUMNS", "POSITIVE_REWARD_COLUMN", "POSITIVE_SCALE_COLUMN", "PositiveSample", "Positives",
     "read_positives", "write_positives_manifest", "EVAL_COLUMNS", "EVAL_KINDS", "EVAL_MODES", "EVAL_RUN_KEYS",
     "EVAL_SCHEMA", "EvalImage", "EvalTable", "read_eval", "validate_eval", "write_eval", "CURVE_COLUMNS",
@@ -72,5 +78,6 @@ __all__ = [
     "list_checkpoints", "read_run", "step_dir", "write_run", "FOLDER_MARKERS", "READERS", "artifact_kind",
     "artifact_schema", "METRICS_SCHEMA", "read_metrics", "write_metrics", "finish_parts", "open_parts", "parts_dir", "IMAGE_SCORES_SCHEMA", "ImageScores",
     "read_image_scores", "write_image_scores", "JUDGEMENTS_SCHEMA", "Pair", "Verdict", "read_judgements",
-    "write_judgements",
+    "write_judgements", "FIGURE_SCHEMA", "IMAGE_SCHEMA", "PNG_SCHEMA_KEY", "REPORT_MARK", "REPORT_SCHEMA", "claim_output",
+    "claim_folder", "png_text", "refuse_foreign_file",
 ]

@@ -8,10 +8,13 @@ never leaves a half-written artifact.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -175,9 +178,12 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success fsync it and rename it into place.
 
     If the body raises, the temporary file is removed and ``path`` is untouched, so a
-    crashed stage never leaves a half-written artifact.
+    crashed stage never leaves a half-written artifact. A ``path`` that exists and is not a
+    regular file (a device node, a pipe, a symbolic link) is never replaced. An output lock
+    this process holds on ``path`` (``claim_output``) is released once ``path`` is written.
     """
     out = check_writable(path)
+    refuse_non_regular(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(out)
@@ -191,22 +197,43 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts get the usual permissions
+        refuse_non_regular(out)  # again: something may have appeared there while the stage ran
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+    release_output_lock(out)
+
+
+def refuse_non_regular(out: Path) -> None:
+    """BadInput when ``out`` exists and is not a regular file: recast never replaces one."""
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise BadInput(f"cannot write {out}: it is a symbolic link; recast replaces only regular files it wrote")
+    if not stat.S_ISREG(mode):
+        raise BadInput(f"cannot write {out}: it is not a regular file (a device, pipe, socket or folder); "
+                       "recast replaces only files it wrote")
+
+
+def _temp_pattern(name: str) -> re.Pattern[str]:
+    """The names of :func:`atomic_output`'s temporary files for ``name``: ``.NAME.PID.RANDOM.tmp``
+    (RANDOM: the 8 characters of ``tempfile.mkstemp``)."""
+    return re.compile(rf"\.{re.escape(name)}\.([0-9]+)\.[a-z0-9_]{{8}}\.tmp")
 
 
 def clean_stale_temps(out: Path) -> list[Path]:
     """Remove the temporary files of earlier writes of ``out`` whose writer is gone (killed).
 
-    Temporary names are ``.NAME.PID.XXXXXX.tmp``: a file whose PID is a live process is another
-    writer's and is kept; the rest (and the older ``.NAME.XXXXXX.tmp`` form) are removed.
+    Only names of exactly recast's own form, ``.NAME.PID.RANDOM.tmp`` with the PID of a process
+    that no longer runs, are removed; a live writer's and every other file are kept.
     """
+    pattern = _temp_pattern(out.name)
     removed = []
     for tmp in out.parent.glob(f".{glob_escape(out.name)}.*.tmp"):
-        middle = tmp.name[len(out.name) + 2: -len(".tmp")]
-        pid_text = middle.split(".", 1)[0] if "." in middle else ""
-        if pid_text.isdigit() and _alive(int(pid_text)):
+        match = pattern.fullmatch(tmp.name)
+        if match is None or _alive(int(match.group(1))) or not tmp.is_file() or tmp.is_symlink():
             continue
         try:
             tmp.unlink()
@@ -229,9 +256,83 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError):
         return True
     return True
+
+
+# --------------------------------------------------------------------------- output locks
+
+#: The output locks this process holds, by output path: fd of ``.NAME.lock`` and the folders made for it.
+_OUTPUT_LOCKS: dict[Path, tuple[int, list[Path]]] = {}
+
+
+def lock_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}.lock")
+
+
+def hold_output_lock(out: str | os.PathLike[str]) -> None:
+    """Take the exclusive lock of the single-file output ``out`` for this process, or BadInput if
+    another process holds it. Held until ``out`` is written (:func:`atomic_output`) or
+    :func:`release_output_locks`; taking it again in the same process is a no-op."""
+    import fcntl
+
+    out = Path(out).absolute()
+    if out in _OUTPUT_LOCKS or os.environ.get("RANK", "0") != "0":
+        return  # held already; in a distributed launch only rank 0 writes (and locks)
+    lock = lock_path(out)
+    made = [d for d in (out.parent, *out.parent.parents) if not d.exists()]
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666 & ~_UMASK)
+        except OSError as exc:
+            raise BadInput(f"cannot write {out}: cannot create its lock file {lock.name} "
+                           f"({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise BadInput(f"{out} is being written by another recast process (it holds {lock.name}); wait for it "
+                           "to finish or choose another --out") from None
+        # The holder before us removes the lock file when it is done: make sure ours is still the file there.
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            _OUTPUT_LOCKS[out] = (fd, made)
+            return
+        os.close(fd)
+
+
+def release_output_lock(out: str | os.PathLike[str]) -> None:
+    """Drop this process's lock on ``out`` (if held), remove its lock file and the folders made for
+    it that stayed empty (a command that stopped on bad input leaves no trace)."""
+    out = Path(out).absolute()
+    held = _OUTPUT_LOCKS.pop(out, None)
+    if held is not None:
+        fd, made = held
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path(out))  # unlinked while still locked: a waiter re-checks the file (above)
+        os.close(fd)
+        for folder in made:  # innermost first; a folder that holds anything stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def release_output_locks() -> None:
+    """Drop every output lock this process holds (a command ended, written or not)."""
+    for out in list(_OUTPUT_LOCKS):
+        release_output_lock(out)
+
+
+atexit.register(release_output_locks)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

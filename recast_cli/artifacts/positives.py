@@ -18,6 +18,7 @@ from recast_cli.errors import BadInput
 
 POSITIVES_SCHEMA = "recast.positives/1"
 MANIFEST_NAME = "manifest.parquet"
+JOURNAL_NAME = ".recast-partial.jsonl"  # beside the images while the folder is being written
 
 POSITIVE_COLUMNS: dict[str, pa.DataType] = {
     "prompt_id": pa.int32(),

@@ -56,10 +56,10 @@ def estimate_command(
     stage.check_gain_options(opts)
     outs = stage.output_paths(out_path, opts.alphas)
     if from_scores is not None:
-        from recast_cli.artifacts import check_writable, read_scores
+        from recast_cli.artifacts import GAINS_SCHEMA, claim_output, read_scores
 
         for path in outs:
-            check_writable(path, inputs=[from_scores])
+            claim_output(path, GAINS_SCHEMA, inputs=[from_scores])
         stage.gains_from_scores(read_scores(from_scores), opts, outs, from_scores)
         written = outs
     else:
@@ -92,7 +92,7 @@ def merge_command(
     jackknife: bool = typer.Option(False, help="Delete-one-k jackknife against finite-K bias (α ≠ 2)."),
 ) -> None:
     """Merge the scores of a sharded run and compute its gain tables (equal to an unsharded run)."""
-    from recast_cli.artifacts import Source, check_writable, read_scores, write_scores
+    from recast_cli.artifacts import GAINS_SCHEMA, SCORES_SCHEMA, Source, claim_output, read_scores, write_scores
     from recast_cli.estimate import stage
 
     opts = stage.GainOptions(alphas=stage.parse_alphas(alpha), beta=beta, standardise=standardise,
@@ -100,8 +100,9 @@ def merge_command(
     stage.check_gain_options(opts)
     outs = stage.output_paths(out_path, opts.alphas)
     merged_path = stage.scores_path(out_path)
-    for path in (merged_path, *outs):
-        check_writable(path, inputs=shards)
+    claim_output(merged_path, SCORES_SCHEMA, inputs=shards)
+    for path in outs:
+        claim_output(path, GAINS_SCHEMA, inputs=shards)
     merged = stage.merge_scores(shards)
     write_scores(merged_path, merged, config={"command": "merge"}, sources=[Source.of(s) for s in shards])
     stage.gains_from_scores(read_scores(merged_path), opts, outs, merged_path)

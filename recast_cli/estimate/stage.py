@@ -26,11 +26,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from safetensors.numpy import load_file, save_file
 
 from recast_cli.artifacts import (
+    GAINS_SCHEMA,
+    SCORES_SCHEMA,
     GainTable,
     RunRecordError,
     ScoreTable,
     Source,
-    check_writable,
+    claim_output,
     finish_parts,
     open_parts,
     parts_dir,
@@ -633,7 +635,7 @@ def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainT
         check_reward(reward)
     paths = output_paths(out, opts.alphas)
     for path in paths:
-        check_writable(path)
+        claim_output(path, GAINS_SCHEMA)
     tables = []
     columns = [TextColumn("exact D"), BarColumn(), MofNCompleteColumn(), TextColumn("levels"), TimeRemainingColumn()]
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
@@ -654,8 +656,10 @@ def estimate(cfg: EstimateConfig, opts: GainOptions, out: str | Path, shard: str
     out = Path(out)
     shard_ix = parse_shard(shard)
     outs = output_paths(out, opts.alphas)
-    for path in (scores_path(out), *outs):
-        check_writable(path, inputs=[cfg.positives and Path(cfg.positives) / "manifest.parquet"])
+    positives = [cfg.positives and Path(cfg.positives) / "manifest.parquet"]
+    claim_output(scores_path(out), SCORES_SCHEMA, inputs=positives)
+    for path in outs:
+        claim_output(path, GAINS_SCHEMA, inputs=positives)
     table = run_rollouts(cfg, out, shard_ix, quiet=quiet)
     if table is None:
         return []  # another process of an accelerate launch gathers and writes

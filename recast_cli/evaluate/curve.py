@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from recast_cli.artifacts import CURVE_SAMPLERS, CurveTable, Source, check_writable, write_curve
+from recast_cli.artifacts import CURVE_SAMPLERS, CURVE_SCHEMA, CurveTable, Source, claim_output, write_curve
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
 from recast_cli.evaluate.stage import Target, resolve_target
@@ -92,7 +92,7 @@ def plan_curve(run: Path | None, setting: str | None, out: Path, checkpoints: st
         lam = tuple(float(x) for x in target.run_record.lam)
     if not rewards or len(lam) != len(rewards):
         raise BadInput(f"{target.setting.file}: nothing to evaluate (rewards {list(rewards)}, lambda {list(lam)})")
-    check_writable(out)
+    claim_output(out, CURVE_SCHEMA)
     return CurvePlan(target, cfg, steps, parse_samplers(samplers), rewards, lam, out)
 
 

@@ -31,13 +31,14 @@ from PIL import Image
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from recast_cli.artifacts import (
+    EVAL_SCHEMA,
     EvalImage,
     EvalTable,
     RunRecord,
     RunRecordError,
     Source,
     atomic_write_bytes,
-    check_writable,
+    claim_output,
     finish_parts,
     open_parts,
     parts_dir,
@@ -173,7 +174,7 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
     check_prompts(spec, prompts)
     options = {name: _with_device(name, dict(train.reward_options.get(name, {})), device)
                for name in (*rewards, *cfg.judges)}
-    check_writable(out)
+    claim_output(out, EVAL_SCHEMA)
     for folder in (images_dir(out), parts_dir(out)):
         if folder.exists() and not folder.is_dir():
             raise BadInput(f"cannot write {folder}: it is a file")

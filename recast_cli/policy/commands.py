@@ -26,7 +26,7 @@ def sample_command(
     device: Optional[str] = typer.Option(None, help="torch device (default: cuda if available)."),
 ) -> None:
     """Sample images from a setting's policy and write them as PNGs."""
-    from recast_cli.policy.sample import sample_images
+    from recast_cli.policy.sample import check_outputs, sample_images
     from recast_cli.settings import build_policy, check_prompts, load_setting
 
     if n < 1 or batch < 1:
@@ -39,6 +39,7 @@ def sample_command(
         raise BadInput(f"cannot write into {out_dir}: it is not a directory")
     spec = load_setting(setting).policy
     check_prompts(spec, prompt)
+    check_outputs(prompt, n, out_dir, seed=seed)
     policy = build_policy(spec, device=device, steps=steps, guidance_scale=guidance_scale)
     paths = sample_images(policy, prompt, n, out_dir, seed=seed, noise_level=noise_level, batch=batch)
     out.print(f"wrote {len(paths)} images to {out_dir}")

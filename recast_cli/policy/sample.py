@@ -13,7 +13,7 @@ from PIL import Image
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from recast_cli.artifacts import atomic_write_bytes
+from recast_cli.artifacts import IMAGE_SCHEMA, PNG_SCHEMA_KEY, atomic_write_bytes, claim_folder, refuse_foreign_file
 from recast_cli.policy.base import FlowPolicy
 
 
@@ -29,9 +29,27 @@ def to_pil(images: torch.Tensor) -> list[Image.Image]:
 
 
 def png_bytes(image: Image.Image) -> bytes:
+    """The PNG of one sampled image, tagged as recast's (a later run may replace it, nothing else)."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text(PNG_SCHEMA_KEY, IMAGE_SCHEMA)
     buf = io.BytesIO()
-    image.save(buf, format="PNG")
+    image.save(buf, format="PNG", pnginfo=info)
     return buf.getvalue()
+
+
+def image_path(out_dir: Path, prompt: str, seed: int) -> Path:
+    return out_dir / f"{slug(prompt)}-{seed:04d}.png"
+
+
+def check_outputs(prompts: Sequence[str], n: int, out_dir: str | Path, seed: int = 0) -> None:
+    """Before sampling: ``out_dir`` is not a recast artifact folder (nor inside one), and every PNG
+    that would be replaced is one ``recast sample`` wrote (BadInput otherwise)."""
+    out_dir = claim_folder(out_dir, None)
+    for prompt in prompts:
+        for i in range(n):
+            refuse_foreign_file(image_path(out_dir, prompt, seed + i), IMAGE_SCHEMA)
 
 
 def sample_images(policy: FlowPolicy, prompts: Sequence[str], n: int, out_dir: str | Path, seed: int = 0,
@@ -49,7 +67,7 @@ def sample_images(policy: FlowPolicy, prompts: Sequence[str], n: int, out_dir: s
             seeds = torch.tensor([seed + i for _, i in chunk])
             latents = policy.sample(cond, noise_level, seeds, keep_log_probs=False).states[:, -1]
             for (prompt, i), image in zip(chunk, to_pil(policy.decode(latents))):
-                path = out_dir / f"{slug(prompt)}-{seed + i:04d}.png"
+                path = image_path(out_dir, prompt, seed + i)
                 atomic_write_bytes(path, png_bytes(image))
                 written.append(path)
             progress.update(task, advance=len(chunk))

@@ -32,11 +32,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from recast_cli.artifacts import (
+    JOURNAL_NAME,
     MANIFEST_NAME,
+    POSITIVES_SCHEMA,
     PositiveSample,
     Source,
     atomic_write_bytes,
     check_writable,
+    claim_folder,
     read_positives,
     sha256_file,
     write_positives_manifest,
@@ -44,7 +47,6 @@ from recast_cli.artifacts import (
 from recast_cli.errors import BadInput
 from recast_cli.seeds import IMAGE_STRIDE, image_seed
 
-JOURNAL_NAME = ".recast-partial.jsonl"
 RESIZE_FILTER = Image.Resampling.LANCZOS
 RESIZE_RULE = "alpha on white; centre crop to the largest square; Lanczos resize to R x R; PNG"
 MIN_RESOLUTION = 8
@@ -250,6 +252,7 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
         raise BadInput("no prompts")
     if out.exists() and not out.is_dir():
         raise BadInput(f"cannot write into {out}: it is not a directory")
+    claim_folder(out, POSITIVES_SCHEMA)
     check_writable(out / MANIFEST_NAME)
     source.prepare(prompts, n)
     header = _fingerprint(source, resolution, seed)

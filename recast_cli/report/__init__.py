@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from recast_cli.artifacts import atomic_write_bytes, check_writable
+from recast_cli.artifacts import FIGURE_SCHEMA, REPORT_MARK, REPORT_SCHEMA, atomic_write_bytes, claim_output
 from recast_cli.errors import BadInput
 from recast_cli.report.build import Report, build_report
 from recast_cli.report.curves import build_curve_report
@@ -34,11 +34,13 @@ REPORT_NAME = "report.md"
 
 
 def write_report(report: Report, out_dir: Path) -> list[Path]:
+    for figure in report.figures:  # every file it replaces is one of recast's, checked before any is written
+        claim_output(out_dir / figure.file, FIGURE_SCHEMA)
     written = []
     for figure in report.figures:
         atomic_write_bytes(out_dir / figure.file, figure.png)
         written.append(out_dir / figure.file)
-    atomic_write_bytes(out_dir / REPORT_NAME, report.markdown.encode("utf-8"))
+    atomic_write_bytes(out_dir / REPORT_NAME, f"{REPORT_MARK}\n{report.markdown}".encode("utf-8"))
     return [out_dir / REPORT_NAME, *written]
 
 
@@ -47,7 +49,7 @@ def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int =
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a directory")
-    check_writable(out / REPORT_NAME, inputs=list(paths))
+    claim_output(out / REPORT_NAME, REPORT_SCHEMA, inputs=list(paths))
     if prompts < 0:
         raise BadInput(f"--prompts must be >= 0, got {prompts}")
     if is_curve_input(paths):  # the 1-D world (flow1d): curve tables instead of per-image evaluations

@@ -40,9 +40,9 @@ def inspect_command(
     from recast_cli.report.summary import load_artifact, render, summarise
 
     if plot is not None:
-        from recast_cli.artifacts import check_writable
+        from recast_cli.artifacts import FIGURE_SCHEMA, claim_output
 
-        check_writable(plot, inputs=[path])
+        claim_output(plot, FIGURE_SCHEMA, inputs=[path])
     artifact = load_artifact(path)
     summary = summarise(artifact)
     if plot is not None and summary["kind"] not in ("gains", "weights"):
@@ -62,13 +62,13 @@ def plot_command(
     d_curves: bool = typer.Option(False, "--d-curves", help="Plot the D curves with bootstrap bands instead."),
 ) -> None:
     """Write Figure 1 of the paper: per-step gains, mean-normalised gains and W (t/T from clean to noisy)."""
-    from recast_cli.artifacts import check_writable, read_gains, read_weights
+    from recast_cli.artifacts import FIGURE_SCHEMA, claim_output, read_gains, read_weights
 
     if gains is None and weights is None:
         raise BadInput("recast plot needs --gains, --weights or both")
     if d_curves and gains is None:
         raise BadInput("--d-curves needs --gains")
-    check_writable(out_path, inputs=[gains, weights])
+    claim_output(out_path, FIGURE_SCHEMA, inputs=[gains, weights])
     table = read_gains(gains) if gains is not None else None
     if d_curves:
         from recast_cli.report.figures import figure_d_curves, save_figure

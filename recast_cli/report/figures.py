@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recast_cli.artifacts import GainTable, WeightMatrix, atomic_write_bytes
+from recast_cli.artifacts import FIGURE_SCHEMA, PNG_SCHEMA_KEY, GainTable, WeightMatrix, atomic_write_bytes
 from recast_cli.errors import BadInput
 from recast_cli.report.inputs import (
     MODE_LABEL,
@@ -86,9 +86,10 @@ def figure_gains_weights(rewards: Sequence[str], gain: np.ndarray, normalised_ga
 
 
 def save_figure(fig: matplotlib.figure.Figure, path: str | os.PathLike[str]) -> None:
-    """Write a PNG atomically, without the matplotlib version stamp (so reruns are byte-identical)."""
+    """Write a PNG atomically, without the matplotlib version stamp (so reruns are byte-identical),
+    tagged as recast's figure (so a later --out may replace it and nothing else)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=120, metadata={"Software": None, PNG_SCHEMA_KEY: FIGURE_SCHEMA})
     _pyplot().close(fig)
     atomic_write_bytes(path, buf.getvalue())
 
@@ -167,7 +168,7 @@ def _render(draw: Callable[[], Any]) -> bytes:
                                 "axes.prop_cycle": matplotlib.rcParamsDefault["axes.prop_cycle"]}):
         fig = draw()
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", metadata={"Software": None})
+        fig.savefig(buffer, format="png", metadata={"Software": None, PNG_SCHEMA_KEY: FIGURE_SCHEMA})
         plt.close(fig)
     return buffer.getvalue()
 

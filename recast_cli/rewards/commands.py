@@ -37,7 +37,7 @@ def score_command(
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Images per scoring batch."),
 ) -> None:
     """Score images with any scorers: one row per image x scorer (image, prompt, scorer, score, extras)."""
-    from recast_cli.artifacts import check_writable, write_image_scores
+    from recast_cli.artifacts import IMAGE_SCORES_SCHEMA, claim_output, write_image_scores
     from recast_cli.errors import BadInput
     from recast_cli.rewards import scoring
 
@@ -45,7 +45,7 @@ def score_command(
     if not names:
         raise BadInput("--rewards names no scorer")
     options = scoring.scorer_options(names, weights, opt, device, batch_size)
-    check_writable(out_path)
+    claim_output(out_path, IMAGE_SCORES_SCHEMA)
     paths = scoring.collect_images([*images, *(more_images or [])])
     texts = scoring.read_prompts(prompt, prompts, len(paths))
     pictures = [scoring.load_image(p) for p in paths]
@@ -121,11 +121,11 @@ def judge_command(
     retries: int = typer.Option(3, min=1, help="Tries per request."),
 ) -> None:
     """Judge image pairs in both presentation orders with a VLM; position-debiased win rates (Table 3)."""
-    from recast_cli.artifacts import check_writable, write_judgements
+    from recast_cli.artifacts import JUDGEMENTS_SCHEMA, claim_output, write_judgements
     from recast_cli.rewards import judge
 
     names = tuple(c.strip() for c in criteria.split(",") if c.strip())
-    check_writable(out_path)
+    claim_output(out_path, JUDGEMENTS_SCHEMA)
     items = judge.read_pairs(pairs)
     client = judge.PairwiseJudge(url, model, criteria=names, timeout=timeout, retries=retries)
     with _progress() as progress:

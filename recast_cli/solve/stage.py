@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from recast_cli.artifacts import MODES, Source, WeightMatrix, check_writable, read_gains, write_weights
+from recast_cli.artifacts import MODES, WEIGHTS_SCHEMA, Source, WeightMatrix, claim_output, read_gains, write_weights
 from recast_cli.errors import BadInput
 from recast_cli.grid import GRID_KINDS, GridSpec
 from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError, resample_gains, solve_weights, spill_share
@@ -96,7 +96,7 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--mu must be a finite number, got {mu!r}")
     if skip_clean < 0:
         raise BadInput(f"--skip-clean must be >= 0, got {skip_clean}")
-    out_path = check_writable(out, inputs=[gains])
+    out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains])
     table = read_gains(gains)
     lam = parse_lambda(lam_text, table.rewards)
     if np.log10(lam.max()) - np.log10(lam.min()) > np.log10(MAX_LAMBDA_RATIO):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -41,6 +42,10 @@ def _fsync_tree(folder: Path) -> None:
         if path.is_file():
             with open(path, "rb") as fh:
                 os.fsync(fh.fileno())
+
+
+#: The temporary folder of a checkpoint being saved (``tempfile.mkdtemp``: 8 random characters).
+TEMP_NAME = re.compile(r"\.step-[0-9]{6}\.[a-z0-9_]{8}\.tmp")
 
 
 def save_checkpoint(run: Path, step: int, write_files, tensors: dict[str, torch.Tensor], state: dict[str, Any],
@@ -75,11 +80,12 @@ def save_checkpoint(run: Path, step: int, write_files, tensors: dict[str, torch.
 
 
 def clean_partial(run: Path) -> None:
-    """Remove temporary folders left by a save that was killed."""
+    """Remove temporary folders left by a save that was killed: only names of exactly the form
+    ``save_checkpoint`` makes (``.step-NNNNNN.RANDOM.tmp``), never another file."""
     root = run / "checkpoints"
     if root.is_dir():
         for child in root.iterdir():
-            if child.name.startswith(".step-") and child.name.endswith(".tmp"):
+            if TEMP_NAME.fullmatch(child.name) and child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
 
 

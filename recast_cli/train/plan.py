@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from recast_cli.artifacts import RUN_SCHEMA, RunRecord, RunRecordError, WeightMatrix, read_run, read_weights
+from recast_cli.artifacts import RUN_SCHEMA, RunRecord, claim_folder, RunRecordError, WeightMatrix, read_run, read_weights
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.families import IMAGE_KINDS
@@ -142,6 +142,7 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
             init_from = folder / "adapter"
         else:
             init_from = resolve_adapter(p).parent
+    claim_folder(out, RUN_SCHEMA)  # not inside another artifact folder
     return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device)
 
 

@@ -286,7 +286,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_only_for_the_same_con
     run_ok("train", "--setting", train_setting, "--weights", "static", "--out", run, "--device", "cpu", "--quiet",
            "--max-steps", "1")
     shutil.rmtree(run / "checkpoints")  # as if killed during the first save: only its temporary folder is left
-    (run / "checkpoints" / ".step-000001.k1ll3d.tmp").mkdir(parents=True)
+    (run / "checkpoints" / ".step-000001.k1ll3d00.tmp").mkdir(parents=True)
     assert_bad(train(train_setting, "static", run, "--resume", "--lr", "0.5"), "holds the start of another run")
     result = train(train_setting, "static", run, "--resume", "--max-steps", "1")
     assert result.exit_code == 0, result.stderr

@@ -51,6 +51,20 @@ class Source:
         return {"path": self.path, "sha256": self.sha256}
 
 
+def created_at() -> str:
+    """Now, UTC, to the second; or ``SOURCE_DATE_EPOCH`` where it is set (the reproducible-builds
+    convention), so two runs of the same inputs can be compared byte for byte."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch:
+        try:
+            when = datetime.fromtimestamp(int(epoch), timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            raise BadInput(f"SOURCE_DATE_EPOCH must be a whole number of seconds since 1970, got {epoch[:40]!r}") from None
+    else:
+        when = datetime.now(timezone.utc)
+    return when.isoformat(timespec="seconds")
+
+
 @dataclass(frozen=True)
 class Provenance:
     """What made an artifact: its schema tag, the recast version, when, from what, and how."""
@@ -71,7 +85,7 @@ class Provenance:
         return cls(
             schema=schema,
             recast_version=__version__,
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            created_at=created_at(),
             config=dict(config or {}),
             sources=tuple(s if isinstance(s, Source) else Source.of(s) for s in sources),
         )

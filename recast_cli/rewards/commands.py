@@ -96,6 +96,8 @@ def serve_reward_command(
                                                                  "limit is derived from it)."),
     max_pixels: int = typer.Option(1024 * 1024, "--max-pixels", min=1, help="Most pixels per image (checked from "
                                                                             "the PNG header: HTTP 413)."),
+    max_connections: int = typer.Option(64, "--max-connections", min=1, help="Most connections open at once "
+                                                                             "(one thread each); more: HTTP 503."),
 ) -> None:
     """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
     from recast_cli.rewards import remote, scoring
@@ -105,7 +107,7 @@ def serve_reward_command(
     scorer = scoring.build_scorers(options)[name]
     remote.serve(scorer, host, port, token or os.environ.get(remote.TOKEN_ENV) or None,
                  announce=lambda line: out.print(line, highlight=False, soft_wrap=True), max_batch=max_batch,
-                 max_pixels=max_pixels)
+                 max_pixels=max_pixels, max_connections=max_connections)
 
 
 def judge_command(

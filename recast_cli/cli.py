@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from recast_cli import __version__, threads
-from recast_cli.errors import BadInput
+from recast_cli.errors import ERROR_LINE_LIMIT, BadInput, cut
 from recast_cli.solve.sinkhorn import SinkhornError
 
 # Click's exceptions, wherever this Typer takes Click from (newer releases vendor it).
@@ -63,7 +63,7 @@ class RecastGroup(TyperGroup):
 
 
 def _fail(message: str, code: int) -> int:
-    line = " ".join(message.split())
+    line = cut(" ".join(message.split()), ERROR_LINE_LIMIT)  # the last guard against a quoted huge value
     if not line.endswith("error:"):  # Click's "no arguments: show help" carries no message
         sys.stderr.write(line + "\n")
     return code

@@ -15,20 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 from recast_cli.seeds import epoch_rng
 
 
 def read_prompt_file(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, Any]]]:
     """(prompts, metadata per prompt) of a ``.txt`` or ``.jsonl`` prompts file: the one reader.
 
-    Blank lines are skipped. The one rule for duplicates: a prompt that appears twice is refused,
-    naming both positions (it would weigh twice in training, collide in positives and be
-    evaluated twice). BadInput names the file and what is wrong.
+    UTF-8, a leading byte-order mark ignored; blank lines are skipped. The one rule for
+    duplicates: a prompt that appears twice is refused, naming both positions (it would weigh
+    twice in training, collide in positives and be evaluated twice). BadInput names the file and
+    what is wrong, quoting a prompt cut to ``errors.ECHO_LIMIT`` characters.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise BadInput(f"cannot read prompts file {p}: {reason}") from None
@@ -42,7 +43,7 @@ def read_prompt_file(path: str | os.PathLike[str]) -> tuple[list[str], list[dict
         for number, line in enumerate(lines, 1):
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deeply
                 raise BadInput(f"{p}: line {number} is not JSON") from None
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise BadInput(f"{p}: line {number} has no string field 'prompt'")
@@ -51,7 +52,7 @@ def read_prompt_file(path: str | os.PathLike[str]) -> tuple[list[str], list[dict
     seen: dict[str, int] = {}
     for i, prompt in enumerate(prompts):
         if prompt in seen:
-            raise BadInput(f"prompts file {p}: prompt {prompt!r} appears twice (prompts {seen[prompt]} and {i})")
+            raise BadInput(f"prompts file {p}: prompt {shown(prompt)} appears twice (prompts {seen[prompt]} and {i})")
         seen[prompt] = i
     return prompts, meta
 

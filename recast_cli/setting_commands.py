@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import ERROR_LINE_LIMIT, BadInput, cut
 
 out = Console()
 
@@ -49,7 +49,7 @@ def check_setting_command(
     out.print(table)
     if report.problems:
         for line in report.problems:
-            sys.stderr.write(f"recast: error: {line}\n")
+            sys.stderr.write(f"recast: error: {cut(line, ERROR_LINE_LIMIT)}\n")
         raise typer.Exit(2)
     out.print(f"{report.file.name}: all {len(report.rows)} checks passed")
 

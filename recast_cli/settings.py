@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from recast_cli.errors import BadInput
+from recast_cli import bounds
+from recast_cli.errors import BadInput, cut
 from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
 from recast_cli.rewards.options import reward_options as reward_tables
 
@@ -64,13 +65,6 @@ def parse_table(cls: type[T], table: dict[str, Any], unknown: Callable[[list[str
     return cls(**given, **values)
 
 
-def integer(value: Any, what: str, low: int) -> int:
-    """``value`` if it is an integer >= ``low`` (a boolean is none); BadInput naming ``what`` else."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise BadInput(f"{what} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class PolicySpec:
     """How to build the setting's policy (see ``build_policy``)."""
@@ -110,13 +104,15 @@ def load_setting(name_or_path: str) -> Setting:
         known = sorted(p.stem for p in PIPELINES.glob("*.toml"))
         raise BadInput(f"no setting {name_or_path!r} (looked for {path}); known: {', '.join(known) or 'none'}")
     try:
-        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+        raw = tomllib.loads(path.read_bytes().decode("utf-8-sig"))  # a byte-order mark is no content
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: not UTF-8 text (byte {exc.start}); a setting is a UTF-8 TOML file") from None
     except OSError as exc:
         raise BadInput(f"{path}: cannot be read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{path}: not valid TOML ({exc})") from None
+    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer of more than 4300 digits
+        raise BadInput(f"{path}: not valid TOML ({cut(str(exc))})") from None
+    except RecursionError:
+        raise BadInput(f"{path}: not valid TOML (arrays or tables nested too deeply)") from None
     unknown_tables = [t for t in raw if t not in KNOWN_TABLES]
     if unknown_tables:
         raise BadInput(f"{path}: unknown table [{unknown_tables[0]}]; known: {', '.join(KNOWN_TABLES)}")
@@ -140,7 +136,9 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
                   isinstance(value, (int, float)) and not isinstance(value, bool))
             if not ok:
                 expected = {str: "a string", int: "an integer", float: "a number"}[kind]
-                raise BadInput(f"{path}: [policy] {key} = {json.dumps(value, default=str)} is not {expected}")
+                raise BadInput(f"{path}: [policy] {key} = {cut(json.dumps(value, default=str))} is not {expected}")
+            if kind is int:
+                bounds.check(key, value, f"{path}: [policy] {key}")
             return value
         return check
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from recast_cli.errors import BadInput
-from recast_cli.settings import Setting, integer, load_setting, parse_table
+from recast_cli import bounds
+from recast_cli.errors import BadInput, shown
+from recast_cli.settings import Setting, load_setting, parse_table
 from recast_cli.train.config import config_from_setting, trained_steps
 
 #: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
@@ -111,8 +112,10 @@ def load_study(setting: Setting) -> StudySpec:
 
     def seeds(value: Any) -> tuple[int, ...]:
         seeds = _int_list(value, f"{where} seeds")
-        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-            raise BadInput(f"{where} seeds must be distinct integers >= 0, got {value!r}")
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise BadInput(f"{where} seeds must be distinct integers, got {shown(value)}")
+        for i, seed in enumerate(seeds):
+            bounds.check("seed", seed, f"{where} seeds[{i}]")
         return tuple(seeds)
 
     def modes(value: Any) -> tuple[str, ...]:
@@ -141,8 +144,9 @@ def load_study(setting: Setting) -> StudySpec:
         return f"{where}: unknown key {', '.join(sorted(keys))}; allowed: {', '.join(sorted(allowed))}"
 
     parse = {"budgets": budgets, "seeds": seeds, "modes": modes,
-             **{key: (lambda v, key=key, low=low: integer(v, f"{where} {key}", low))
-                for key, low in (("warmup_steps", 0), ("estimate_steps", 1), ("n", 1), ("k", 1), ("p", 1))},
+             **{key: (lambda v, key=key, kind=kind: bounds.check(kind, v, f"{where} {key}"))
+                for key, kind in (("warmup_steps", "warmup_steps"), ("estimate_steps", "steps"),
+                                  ("n", "positives_per_prompt"), ("k", "rollouts"), ("p", "prompts"))},
              **{key: (lambda v, key=key: _positive(v, f"{where} {key}")) for key in ("alpha", "tau")},
              "sampling": lambda v: _one_of(v, SAMPLINGS, f"{where} sampling"),
              "positives": lambda v: _positives_source(v, setting.file, where),
@@ -169,7 +173,7 @@ def _one_of(value: Any, choices: tuple[str, ...], where: str) -> str:
 
 def _int_list(value: Any, where: str) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise BadInput(f"{where} must be a list of integers, got {value!r}")
+        raise BadInput(f"{where} must be a list of integers, got {shown(value)}")
     return value
 
 

@@ -109,10 +109,11 @@ def test_exact_writes_the_exact_table_in_the_same_schema(tmp_path):
 BAD = {
     "unknown reward": (["--policy", "gmm1d", "--rewards", "coarse,sharp"], "no reward 'sharp'"),
     "unknown scorer": (["--policy", "toy", "--rewards", "toy_colour"], "unknown reward 'toy_colour'"),
-    "K < 1": (["--policy", "gmm1d", "--rewards", "coarse", "--k", "0"], "--n and --k must be at least 1"),
+    "K < 1": (["--policy", "gmm1d", "--rewards", "coarse", "--k", "0"], "--k must be an integer from 1 to 10000"),
     "alpha <= 0": (["--policy", "gmm1d", "--rewards", "coarse", "--alpha", "0"], "--alpha must be positive"),
     "beta <= 0": (["--policy", "gmm1d", "--rewards", "coarse", "--beta", "-1"], "--beta must be positive"),
-    "T < 1": (["--policy", "gmm1d", "--rewards", "coarse", "--steps", "0"], "--steps (T) must be at least 1"),
+    "T < 1": (["--policy", "gmm1d", "--rewards", "coarse", "--steps", "0"],
+              "--steps must be an integer from 1 to 10000, got 0"),
     "bad shard": (["--policy", "gmm1d", "--rewards", "coarse", "--shard", "2/2"], "need 0 <= i < n"),
     "shard text": (["--policy", "gmm1d", "--rewards", "coarse", "--shard", "half"], "expected i/n"),
     "missing positives": (["--policy", "gmm1d", "--rewards", "coarse", "--positives", "nowhere"], "takes no --positives"),

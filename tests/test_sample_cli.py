@@ -35,7 +35,7 @@ def test_sample_writes_n_pngs_per_prompt_reproducibly(setting, tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["--prompt", "a purple circle on a white background"], "outside the toy vocabulary"),
-    (["--prompt", PROMPT, "--n", "0"], "at least 1"),
+    (["--prompt", PROMPT, "--n", "0"], "--n must be an integer from 1 to 100000, got 0"),
     (["--prompt", PROMPT, "--noise-level", "-1"], "--noise-level must be >= 0"),
 ])
 def test_sample_bad_input_is_one_line(setting, tmp_path, args, needle):

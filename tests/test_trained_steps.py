@@ -65,7 +65,7 @@ def test_without_skip_clean_a_skipping_trainer_would_lose_the_weight_of_step_one
 
 
 @pytest.mark.parametrize("flags, needle", [
-    (["--skip-clean", "-1"], "--skip-clean must be >= 0"),
+    (["--skip-clean", "-1"], "--skip-clean must be an integer from 0 to 9999"),
     (["--skip-clean", "10"], "--skip-clean 10 leaves no trained step on a T = 10 grid (use 0 … 9)"),
     (["--skip-clean", "4", "--steps", "4"], "--skip-clean 4 leaves no trained step on a T = 4 grid"),
 ])

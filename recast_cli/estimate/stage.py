@@ -41,6 +41,7 @@ from recast_cli.artifacts import (
     write_gains,
     write_scores,
 )
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.estimate.gains import MONOTONE, SAMPLINGS, estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
@@ -100,19 +101,27 @@ def parse_shard(text: str | None) -> tuple[int, int]:
 def check_config(cfg: EstimateConfig, opts: GainOptions) -> None:
     if not cfg.rewards:
         raise BadInput("--rewards names no reward")
-    if cfg.steps < 1:
-        raise BadInput(f"--steps (T) must be at least 1, got {cfg.steps}")
-    if cfg.N < 1 or cfg.K < 1:
-        raise BadInput(f"--n and --k must be at least 1, got N = {cfg.N}, K = {cfg.K}")
-    if cfg.P is not None and cfg.P < 1:
-        raise BadInput(f"--p must be at least 1, got {cfg.P}")
+    bounds.check_all(("steps", "--steps", cfg.steps), ("positives_per_prompt", "--n", cfg.N),
+                     ("rollouts", "--k", cfg.K), ("prompts", "--p", cfg.P), ("seed", "--seed", cfg.seed),
+                     ("batch", "--batch-size", cfg.batch_size))
+    check_score_cells(cfg, cfg.P or 1)
+    check_bootstrap_cells(opts.bootstrap, cfg.steps, len(cfg.rewards))
     if cfg.sampling not in SAMPLINGS:
         raise BadInput(f"--sampling must be one of {', '.join(SAMPLINGS)}")
     if not (math.isfinite(cfg.rollout_noise) and cfg.rollout_noise >= 0):
         raise BadInput(f"--rollout-noise must be >= 0, got {cfg.rollout_noise}")
-    if cfg.batch_size < 1:
-        raise BadInput("--batch-size must be at least 1")
     check_gain_options(opts)
+
+
+def check_score_cells(cfg: EstimateConfig, prompts: int) -> None:
+    """The scores array P·N·(T+1)·K·m within its ceiling (``bounds.PRODUCTS``), before any rollout."""
+    bounds.check_product("score_cells", {"P": prompts, "N": cfg.N, "T+1": cfg.steps + 1, "K": cfg.K,
+                                         "m": len(cfg.rewards)})
+
+
+def check_bootstrap_cells(bootstrap: int, T: int, m: int) -> None:
+    """The bootstrap's resampled curves (bootstrap × (T+1) × m) within their ceiling, before any work."""
+    bounds.check_product("bootstrap_cells", {"--bootstrap": bootstrap, "T+1": T + 1, "m": m})
 
 
 def check_gain_options(opts: GainOptions) -> None:
@@ -122,8 +131,7 @@ def check_gain_options(opts: GainOptions) -> None:
         raise BadInput(f"--beta must be positive, got {opts.beta}")
     if opts.monotone not in MONOTONE:
         raise BadInput(f"--monotone must be one of {', '.join(MONOTONE)}")
-    if opts.bootstrap < 0:
-        raise BadInput("--bootstrap must be >= 0")
+    bounds.check("bootstrap", opts.bootstrap, "--bootstrap")
 
 
 def parse_alphas(text: str) -> tuple[float, ...]:
@@ -483,6 +491,7 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     T = world.policy.T
     wanted = [j for j in range(len(world.prompts)) if j % shard[1] == shard[0]]
     mine = [j for j in wanted if j % procs.size == procs.rank]
+    check_score_cells(cfg, len(wanted))  # P is known once the world is (a prompts file, the positives)
     parts = parts_dir(out)
     run_id = cfg.run_id()
     if "adapter_sha256" in world.policy_info:  # a run folder's latest checkpoint changes as it trains
@@ -562,6 +571,7 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
         raise BadInput(f"{source}: the scores table holds no prompt")
     if opts.jackknife and table.scores.shape[3] < 2:
         raise BadInput("--jackknife needs K >= 2")
+    check_bootstrap_cells(opts.bootstrap, table.scores.shape[2] - 1, table.scores.shape[4])
     recorded, scale_source = _recorded_scale(table) if standardise else (None, "none (raw rewards)")
     written = []
     for alpha, out in zip(opts.alphas, outs):

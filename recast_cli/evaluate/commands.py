@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from recast_cli import bounds
+
 out = Console()
 
 
@@ -18,7 +20,7 @@ def evaluate_command(
     setting: Optional[str] = typer.Option(None, "--setting", help="Evaluate the base model of this setting "
                                                                   "(pipelines/NAME.toml or a .toml path)."),
     out_path: Path = typer.Option(..., "--out", help="Output Parquet (recast.eval/1); images go to OUT.images/."),
-    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", min=0,
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint",
                                              help="Step of the run's checkpoint (default: the latest)."),
     judges: Optional[str] = typer.Option(None, "--judges", help="Held-out judges, comma-separated (default: the "
                                                                 "setting's [evaluate] judges; '' for none)."),
@@ -38,6 +40,8 @@ def evaluate_command(
     from recast_cli.errors import BadInput
     from recast_cli.evaluate.stage import evaluate, images_dir, parse_judges, plan_evaluation, resolve_target
 
+    bounds.check_all(("checkpoint", "--checkpoint", checkpoint), ("images_per_prompt", "--n", n),
+                     ("seed", "--seed", seed), ("batch", "--batch-size", batch_size))
     if resolve_target(run, setting, checkpoint).setting.policy.kind == "flow1d":
         if checkpoint is not None and checkpoints is not None:
             raise BadInput("give --checkpoint STEP or --checkpoints LIST, not both")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from recast_cli import bounds
 from recast_cli.errors import BadInput
-from recast_cli.settings import Setting, integer, parse_table
+from recast_cli.settings import Setting, parse_table
 from recast_cli.train.config import TrainConfig, config_from_setting as train_config
 
 
@@ -63,7 +64,8 @@ def config_from_setting(setting: Setting) -> tuple[EvalConfig, TrainConfig]:
         return f"{where}: unknown key {sorted(keys)[0]!r}; allowed: {', '.join(allowed)}"
 
     parse = {"prompts": prompts, "judges": judges,
-             **{key: (lambda v, key=key, low=low: integer(v, f"{where}: {key}", low))
-                for key, low in (("n", 1), ("seed", 0), ("steps", 1), ("batch_size", 1))},
+             **{key: (lambda v, key=key, kind=kind: bounds.check(kind, v, f"{where}: {key}"))
+                for key, kind in (("n", "images_per_prompt"), ("seed", "seed"), ("steps", "steps"),
+                                  ("batch_size", "batch"))},
              "guidance_scale": guidance_scale}
     return parse_table(EvalConfig, table, unknown, parse, absent={"prompts": train_prompts}), train

@@ -45,11 +45,11 @@ from recast_cli.artifacts import (
     read_run,
     write_eval,
 )
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
 from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.seeds import IMAGE_STRIDE, image_seed
-from recast_cli.settings import integer
 
 
 @dataclass(frozen=True)
@@ -148,10 +148,8 @@ def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint
     cfg, train = config_from_setting(target.setting)
     flags = {"judges": None if judges is None else tuple(judges), "n": n, "seed": seed, "batch_size": batch_size}
     cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
-    for key, minimum in (("n", 1), ("seed", 0), ("batch_size", 1)):
-        integer(getattr(cfg, key), f"--{key.replace('_', '-')}: {key}", minimum)
-    if cfg.n > IMAGE_STRIDE:
-        raise BadInput(f"--n must be at most {IMAGE_STRIDE} (image seeds are seed + {IMAGE_STRIDE}·prompt + k)")
+    bounds.check_all(("images_per_prompt", "--n", cfg.n), ("seed", "--seed", cfg.seed),
+                     ("batch", "--batch-size", cfg.batch_size))
     if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
         raise BadInput(f"--device must be cpu or cuda, got {device!r}")
     if target.run_record is not None:

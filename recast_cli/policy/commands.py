@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 
 out = Console()
@@ -29,10 +30,8 @@ def sample_command(
     from recast_cli.policy.sample import check_outputs, sample_images
     from recast_cli.settings import build_policy, check_prompts, load_setting
 
-    if n < 1 or batch < 1:
-        raise BadInput("--n and --batch must be at least 1")
-    if steps is not None and steps < 1:
-        raise BadInput(f"--steps must be at least 1, got {steps}")
+    bounds.check_all(("images_per_prompt", "--n", n), ("seed", "--seed", seed), ("steps", "--steps", steps),
+                     ("batch", "--batch", batch))
     if noise_level < 0:
         raise BadInput(f"--noise-level must be >= 0, got {noise_level}")
     if out_dir.exists() and not out_dir.is_dir():
@@ -55,6 +54,7 @@ def tiny_model_command(
     from recast_cli.policy.tiny import write_tiny_model
     from recast_cli.prompts import read_prompt_file
 
+    bounds.check("seed", seed, "--seed")
     words = read_prompt_file(prompts)[0] if prompts is not None else []
     record = write_tiny_model(family, out_dir, seed=seed, prompts=words)
     sizes = ", ".join(f"{name} {count:,}" for name, count in sorted(record["parameters"].items()))

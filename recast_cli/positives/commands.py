@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.positives.sources import USAGE, parse_source
 
@@ -54,15 +55,12 @@ def sample_positive_command(
     """Write π⁺ surrogate images for every prompt (METHOD.md §4, "Positive samples"; E2)."""
     from recast_cli.positives.collect import IncompleteRun, collect
 
-    if n < 1:
-        raise BadInput(f"--n must be at least 1, got {n}")
-    for name, value in (("--batch", batch), ("--concurrency", concurrency)):
-        if value < 1:
-            raise BadInput(f"{name} must be at least 1, got {value}")
-    if retries < 0 or not timeout > 0 or backoff < 0:
-        raise BadInput("--retries and --backoff must be >= 0 and --timeout > 0")
-    if seed < 0:
-        raise BadInput(f"--seed must be >= 0, got {seed}")
+    bounds.check_all(("images_per_prompt", "--n", n), ("resolution", "--resolution", resolution),
+                     ("seed", "--seed", seed), ("draws", "--draws", draws), ("steps", "--steps", steps),
+                     ("batch", "--batch", batch), ("concurrency", "--concurrency", concurrency),
+                     ("retries", "--retries", retries))
+    if not timeout > 0 or backoff < 0:
+        raise BadInput("--backoff must be >= 0 and --timeout > 0")
     kind, arg = parse_source(source)
     spec_setting = _load_setting(setting)
     prompt_list, inputs = _prompts(spec_setting, prompts)

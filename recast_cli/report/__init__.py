@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from recast_cli.artifacts import FIGURE_SCHEMA, REPORT_MARK, REPORT_SCHEMA, atomic_write_bytes, claim_output
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.report.build import Report, build_report
 from recast_cli.report.curves import build_curve_report
@@ -49,9 +50,8 @@ def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int =
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a directory")
+    bounds.check("grid_prompts", prompts, "--prompts")
     claim_output(out / REPORT_NAME, REPORT_SCHEMA, inputs=list(paths))
-    if prompts < 0:
-        raise BadInput(f"--prompts must be >= 0, got {prompts}")
     if is_curve_input(paths):  # the 1-D world (flow1d): curve tables instead of per-image evaluations
         return write_report(build_curve_report(load_curve_inputs(paths)), out)
     inputs = load_inputs(paths)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 
 #: A batch of images: PIL images, or a float tensor [B, 3, H, W] with values in [0, 1].
@@ -111,9 +112,8 @@ def chunks(count: int, size: int) -> Iterator[slice]:
 
 
 def check_batch_size(name: str, batch_size: int) -> int:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise BadInput(f"{name}: batch_size must be a positive integer, got {batch_size!r}")
-    return batch_size
+    """A scorer's ``batch_size`` option, within the bounds of every batch size (``recast_cli.bounds``)."""
+    return bounds.check("batch", batch_size, f"{name}: batch_size")
 
 
 def torch_device(name: str, device: str | torch.device) -> torch.device:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from PIL import Image
 
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.rewards.transport import Endpoint, png_base64, request
 
@@ -38,7 +39,8 @@ class ChatClient:
                  retries: int = 3, backoff: float = 1.0, max_tokens: int = 512, concurrency: int = 8) -> None:
         self.endpoint = Endpoint(url, float(timeout), int(retries), float(backoff))
         self.model, self.what = model, what
-        self.max_tokens, self.concurrency = int(max_tokens), max(1, int(concurrency))
+        self.max_tokens = int(max_tokens)
+        self.concurrency = bounds.check("concurrency", concurrency, f"{what}: concurrency")
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         self._headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
 

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from recast_cli import bounds
+
 out = Console()
 err = Console(stderr=True)
 
@@ -34,13 +36,14 @@ def score_command(
     weights: list[str] = typer.Option([], "--weights", help="NAME=PATH: a scorer's weights (repeatable)."),
     opt: list[str] = typer.Option([], "--opt", help="NAME.OPTION=VALUE: any other scorer option (repeatable)."),
     device: str = typer.Option("cpu", help="Torch device for model scorers (cpu, cuda, cuda:1)."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Images per scoring batch."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Images per scoring batch."),
 ) -> None:
     """Score images with any scorers: one row per image x scorer (image, prompt, scorer, score, extras)."""
     from recast_cli.artifacts import IMAGE_SCORES_SCHEMA, claim_output, write_image_scores
     from recast_cli.errors import BadInput
     from recast_cli.rewards import scoring
 
+    bounds.check("batch", batch_size, "--batch-size")
     names = [n.strip() for n in rewards.split(",") if n.strip()]
     if not names:
         raise BadInput("--rewards names no scorer")
@@ -48,12 +51,12 @@ def score_command(
     claim_output(out_path, IMAGE_SCORES_SCHEMA)
     paths = scoring.collect_images([*images, *(more_images or [])])
     texts = scoring.read_prompts(prompt, prompts, len(paths))
-    pictures = [scoring.load_image(p) for p in paths]
+    pixels = scoring.image_pixels(paths)  # from the headers: every limit checked before anything is decoded
     scorers = scoring.build_scorers(options)
     try:
         with _progress() as progress:
             task = progress.add_task("scoring", total=len(paths) * len(scorers))
-            table = scoring.score_images(scorers, pictures, [str(p) for p in paths], texts, batch_size,
+            table = scoring.score_images(scorers, paths, pixels, texts, batch_size,
                                          advance=lambda n: progress.advance(task, n))
     finally:
         for scorer in scorers.values():
@@ -91,17 +94,20 @@ def serve_reward_command(
     weights: Optional[str] = typer.Option(None, "--weights", help="The scorer's weights (its `weights` option)."),
     opt: list[str] = typer.Option([], "--opt", help="OPTION=VALUE: any other scorer option (repeatable)."),
     device: str = typer.Option("cpu", help="Torch device for model scorers."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Images per scoring batch inside the server."),
-    max_batch: int = typer.Option(64, "--max-batch", min=1, help="Most images one request may hold (the body "
-                                                                 "limit is derived from it)."),
-    max_pixels: int = typer.Option(1024 * 1024, "--max-pixels", min=1, help="Most pixels per image (checked from "
-                                                                            "the PNG header: HTTP 413)."),
-    max_connections: int = typer.Option(64, "--max-connections", min=1, help="Most connections open at once "
-                                                                             "(one thread each); more: HTTP 503."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Images per scoring batch inside the server."),
+    max_batch: int = typer.Option(64, "--max-batch", help="Most images one request may hold (the body "
+                                                          "limit is derived from it)."),
+    max_pixels: int = typer.Option(1024 * 1024, "--max-pixels", help="Most pixels per image (checked from "
+                                                                     "the PNG header: HTTP 413)."),
+    max_connections: int = typer.Option(64, "--max-connections", help="Most connections open at once "
+                                                                      "(one thread each); more: HTTP 503."),
 ) -> None:
     """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
     from recast_cli.rewards import remote, scoring
 
+    bounds.check_all(("batch", "--batch-size", batch_size), ("batch", "--max-batch", max_batch),
+                     ("max_pixels", "--max-pixels", max_pixels),
+                     ("connections", "--max-connections", max_connections))
     options = scoring.scorer_options([name], [f"{name}={weights}"] if weights else [],
                                      [f"{name}.{item}" for item in opt], device, batch_size)
     scorer = scoring.build_scorers(options)[name]
@@ -120,12 +126,13 @@ def judge_command(
     label_a: str = typer.Option("A", help="Name of the image_a system in the summary."),
     label_b: str = typer.Option("B", help="Name of the image_b system in the summary."),
     timeout: float = typer.Option(120.0, help="Seconds per request."),
-    retries: int = typer.Option(3, min=1, help="Tries per request."),
+    retries: int = typer.Option(3, help="Tries per request."),
 ) -> None:
     """Judge image pairs in both presentation orders with a VLM; position-debiased win rates (Table 3)."""
     from recast_cli.artifacts import JUDGEMENTS_SCHEMA, claim_output, write_judgements
     from recast_cli.rewards import judge
 
+    bounds.check("tries", retries, "--retries")
     names = tuple(c.strip() for c in criteria.split(",") if c.strip())
     claim_output(out_path, JUDGEMENTS_SCHEMA)
     items = judge.read_pairs(pairs)

@@ -66,7 +66,7 @@ class GenEvalScore(Scorer):
         if prompt.lstrip().startswith("{"):
             try:
                 meta = json.loads(prompt)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise BadInput(f"geneval: prompt {prompt[:60]!r} starts like JSON but is not") from None
         elif prompt in self.by_prompt:
             meta = self.by_prompt[prompt]
@@ -140,12 +140,12 @@ def read_metadata(path: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         raise BadInput(f"geneval: metadata file {path} does not exist")
     table: dict[str, dict[str, Any]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
         if not line.strip():
             continue
         try:
             meta = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested too deeply
             raise BadInput(f"geneval: {path}:{number} is not a JSON line") from None
         if not isinstance(meta, dict) or not isinstance(meta.get("prompt"), str):
             raise BadInput(f"geneval: {path}:{number} has no 'prompt' string")

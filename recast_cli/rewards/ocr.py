@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch
 
 BACKENDS = ("rapidocr", "paddleocr")
@@ -32,7 +32,7 @@ def quoted_target(prompt: str) -> str:
     target = "" if match is None else (match.group(1) if match.group(1) is not None else match.group(2))
     target = target.replace(" ", "").lower()
     if not target:
-        raise BadInput(f"ocr: prompt {prompt!r} has no quoted text to look for (put it in double quotes)")
+        raise BadInput(f"ocr: prompt {shown(prompt)} has no quoted text to look for (put it in double quotes)")
     return target
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,12 @@ from PIL import Image
 
 from recast_cli.artifacts.image_scores import ImageScores
 from recast_cli.errors import BadInput
-from recast_cli.rewards.base import Scorer, chunks
+from recast_cli.rewards.base import Scorer
 from recast_cli.rewards.registry import build_scorer, scorer_class
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+#: The most pixels ``recast score`` decodes at once (one chunk; an image larger alone is its own chunk).
+CHUNK_PIXELS = 2**25
 _SECRET_WORDS = ("token", "key", "secret", "password")
 
 
@@ -43,6 +45,33 @@ def collect_images(items: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return paths
 
 
+def image_pixels(paths: Sequence[Path]) -> list[int]:
+    """Pixels per image from the headers alone, before anything is decoded: each image within the
+    per-image limit, their sum within ``images.max_total_pixels()`` (BadInput, one line, else)."""
+    from recast_cli.images import MAX_TOTAL_PIXELS_ENV, image_size, max_total_pixels
+
+    pixels = [width * height for width, height in map(image_size, paths)]
+    limit = max_total_pixels()
+    if sum(pixels) > limit:
+        raise BadInput(f"the {len(paths)} images hold {sum(pixels)} pixels in all, more than the limit of {limit} "
+                       f"(${MAX_TOTAL_PIXELS_ENV} sets it); score them in parts")
+    return pixels
+
+
+def pixel_chunks(pixels: Sequence[int], batch_size: int, budget: int | None = None) -> Iterator[slice]:
+    """Consecutive slices of at most ``batch_size`` images and ``budget`` pixels (default
+    ``CHUNK_PIXELS``; one image at least): the images decoded at once."""
+    budget = CHUNK_PIXELS if budget is None else budget
+    start, total = 0, 0
+    for i, count in enumerate(pixels):
+        if i > start and (i - start == batch_size or total + count > budget):
+            yield slice(start, i)
+            start, total = i, 0
+        total += count
+    if start < len(pixels):
+        yield slice(start, len(pixels))
+
+
 def load_image(path: Path) -> Image.Image:
     """The decoded RGB image; BadInput naming the file when it cannot be decoded or its header
     declares more pixels than the limit (``recast_cli.images``)."""
@@ -60,7 +89,7 @@ def read_prompts(prompt: str | None, prompts_file: Path | None, count: int) -> l
     if not prompts_file.is_file():
         raise BadInput(f"{prompts_file}: no such prompts file")
     try:
-        lines = prompts_file.read_text(encoding="utf-8").splitlines()
+        lines = prompts_file.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is no prompt
     except UnicodeDecodeError:
         raise BadInput(f"{prompts_file}: not UTF-8 text") from None
     while lines and not lines[-1].strip():
@@ -74,7 +103,7 @@ def parse_value(text: str) -> Any:
     """A JSON scalar when the text is one (3, 0.5, true), else the text itself (paths, names)."""
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: brackets nested too deeply
         return text
     return value if isinstance(value, (int, float, bool)) or value is None else text
 
@@ -121,30 +150,34 @@ def public_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[s
             for name, chosen in options.items()}
 
 
-def score_images(scorers: Mapping[str, Scorer], images: Sequence[Image.Image], image_names: Sequence[str],
+def score_images(scorers: Mapping[str, Scorer], paths: Sequence[Path], pixels: Sequence[int],
                  prompts: Sequence[str], batch_size: int,
                  advance: Callable[[int], None] = lambda n: None) -> ImageScores:
-    """Score every image with every scorer in batches of ``batch_size``; ``advance(n)`` after each batch."""
+    """Score every image with every scorer; ``advance(n)`` after each scorer's batch.
+
+    ``pixels``: each image's pixel count (:func:`image_pixels`). The prompts are checked first.
+    Images are decoded a chunk at a time (:func:`pixel_chunks`: ``batch_size`` images and
+    ``CHUNK_PIXELS`` pixels at most), scored by every scorer and dropped: memory stays bounded
+    however large the folder.
+    """
     for scorer in scorers.values():
         scorer.check_prompts(prompts)
-    scores: dict[str, np.ndarray] = {}
-    extras: dict[str, dict[str, list]] = {}
-    for label, scorer in scorers.items():
-        values = np.empty(len(images), dtype=np.float64)
-        columns: dict[str, list] = {}
-        for part in chunks(len(images), batch_size):
-            values[part] = scorer.score(list(images[part]), list(prompts[part]))
+    scores = {label: np.empty(len(paths), dtype=np.float64) for label in scorers}
+    columns: dict[str, dict[str, list]] = {label: {} for label in scorers}
+    for part in pixel_chunks(pixels, batch_size):
+        pictures = [load_image(p) for p in paths[part]]
+        for label, scorer in scorers.items():
+            scores[label][part] = scorer.score(pictures, list(prompts[part]))
             for column, cells in scorer.extras().items():
-                columns.setdefault(column, [None] * part.start).extend(cells)
-            for cells in columns.values():  # a column this batch did not fill stays null here
+                columns[label].setdefault(column, [None] * part.start).extend(cells)
+            for cells in columns[label].values():  # a column this batch did not fill stays null here
                 cells.extend([None] * (part.stop - len(cells)))
             advance(part.stop - part.start)
+    for label, values in scores.items():
         if not np.all(np.isfinite(values)):
             raise BadInput(f"{label}: produced a non-finite score")
-        scores[label] = values
-        if columns:
-            extras[label] = columns
-    return ImageScores(tuple(image_names), tuple(prompts), scores, extras)
+    return ImageScores(tuple(map(str, paths)), tuple(prompts), scores,
+                       {label: cells for label, cells in columns.items() if cells})
 
 
 def build_scorers(options: Mapping[str, Mapping[str, Any]]) -> dict[str, Scorer]:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from PIL import Image
 
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -37,8 +38,9 @@ class Endpoint:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadInput(f"{self.url!r} is not an http(s) URL")
-        if not (self.timeout > 0 and self.retries >= 1 and self.backoff >= 0):
-            raise BadInput(f"{self.url}: timeout must be > 0, retries >= 1 and backoff >= 0")
+        if not (self.timeout > 0 and self.backoff >= 0):
+            raise BadInput(f"{self.url}: timeout must be > 0 and backoff >= 0")
+        bounds.check("tries", self.retries, f"{self.url}: retries")
 
 
 @dataclass(frozen=True)

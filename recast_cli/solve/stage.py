@@ -14,12 +14,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from recast_cli.artifacts import MODES, WEIGHTS_SCHEMA, Source, WeightMatrix, claim_output, read_gains, write_weights
+from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.grid import GRID_KINDS, GridSpec
 from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError, resample_gains, solve_weights, spill_share
 
-#: The largest grid ``--steps`` accepts (a sampler of more steps than this is not a training grid).
-MAX_STEPS = 10_000
 #: The largest ratio between two budgets: beyond it λ̂ of the smallest is lost to rounding.
 MAX_LAMBDA_RATIO = 1e12
 
@@ -84,8 +83,7 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not (math.isfinite(tau) and tau > 0):
         raise BadInput(f"--tau must be a positive number, got {tau!r}")
-    if steps is not None and not 1 <= steps <= MAX_STEPS:
-        raise BadInput(f"--steps must lie in 1 … {MAX_STEPS}, got {steps}")
+    bounds.check_all(("steps", "--steps", steps), ("skip_clean", "--skip-clean", skip_clean))
     if not (math.isfinite(floor) and 0 <= floor < 1):
         raise BadInput(f"--floor must lie in [0, 1), got {floor!r}")
     if grid is not None and grid not in GRID_KINDS:
@@ -94,8 +92,6 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
     if mu is not None and not math.isfinite(mu):
         raise BadInput(f"--mu must be a finite number, got {mu!r}")
-    if skip_clean < 0:
-        raise BadInput(f"--skip-clean must be >= 0, got {skip_clean}")
     out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains])
     table = read_gains(gains)
     lam = parse_lambda(lam_text, table.rewards)

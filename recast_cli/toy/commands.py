@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from recast_cli.errors import BadInput
+from recast_cli import bounds
 
 out = Console()
 
@@ -30,8 +30,8 @@ def toy_pretrain_command(
     """Train the toy model on renderer images (resumable), write it in diffusers layout."""
     from recast_cli.toy.pretrain import PretrainConfig, pretrain
 
-    if min(vae_steps, steps, batch) < 1:
-        raise BadInput("--vae-steps, --steps and --batch must be at least 1")
+    bounds.check_all(("seed", "--seed", seed), ("training_steps", "--vae-steps", vae_steps),
+                     ("training_steps", "--steps", steps), ("batch", "--batch", batch))
     cfg = PretrainConfig(seed=seed, vae_steps=vae_steps, steps=steps, batch=batch)
     command = (f"recast toy pretrain --out {out_dir} --work {work} --seed {seed} --vae-steps {vae_steps} "
                f"--steps {steps} --batch {batch}")
@@ -51,8 +51,7 @@ def toy_quality_command(
 
     from recast_cli.toy.quality import TOY_REWARDS, quality
 
-    if n < 1:
-        raise BadInput("--n must be at least 1")
+    bounds.check_all(("quality_images", "--n", n), ("seed", "--seed", seed))
     with tempfile.TemporaryDirectory() as work:
         result = quality(model, n=n, seed=seed, work=work)
     if as_json:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 
 #: colour name → RGB in [0, 255]; well separated so the colour reward can unmix edges.
 COLORS: dict[str, tuple[int, int, int]] = {
@@ -64,7 +64,7 @@ def parse_prompt(prompt: str) -> tuple[str, str, str]:
     """``(color, shape, background)`` of a toy prompt; BadInput naming the vocabulary otherwise."""
     match = _PROMPT.match(" ".join(str(prompt).strip().lower().split()))
     if match is None or match[1] not in COLORS or match[2] not in SHAPES or match[3] not in BACKGROUNDS:
-        raise BadInput(f"prompt {prompt!r} is outside the toy vocabulary: expected {vocabulary()}")
+        raise BadInput(f"prompt {shown(prompt)} is outside the toy vocabulary: expected {vocabulary()}")
     return match[1], match[2], match[3]
 
 

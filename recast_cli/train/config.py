@@ -17,7 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from recast_cli.errors import BadInput
+from recast_cli import bounds
+from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.options import reward_options
 from recast_cli.settings import parse_table
 
@@ -113,6 +114,11 @@ def _toml_value(value: Any) -> str:
 
 
 _TYPES = {f.name: f.type for f in fields(TrainConfig)}
+#: The bound (``recast_cli.bounds``) of every integer key, checked wherever a value comes from.
+BOUND_OF = {"max_steps": "training_steps", "group_size": "group_size", "prompts_per_step": "prompts_per_step",
+            "micro_batch": "batch", "sample_batch": "batch", "updates_per_step": "updates_per_step",
+            "warmup_steps": "warmup_steps", "lora_rank": "lora_rank", "save_every": "save_every",
+            "keep_checkpoints": "keep_checkpoints", "seed": "seed"}
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -136,16 +142,19 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if kind.startswith("int"):
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise TypeError
-            return int(value)
+            label = where if where.startswith("--") else f"{where}: [train] {key}"
+            return bounds.check(BOUND_OF[key], int(value), label)
         if kind.startswith("float"):
             return float(value)
         if kind.startswith("str"):
             return str(value)
+    except BadInput:  # a value of the right type out of its bounds
+        raise
     except (TypeError, ValueError):
         pass
     else:
         return value
-    raise BadInput(f"{where}: {key} = {value!r} is not a valid {kind}")
+    raise BadInput(f"{where}: {key} = {shown(value)} is not a valid {kind}")
 
 
 def config_from_setting(raw: dict[str, Any], setting_file: Path) -> TrainConfig:
@@ -180,8 +189,10 @@ def apply_overrides(cfg: TrainConfig, pairs: list[str], flags: dict[str, Any]) -
             raise BadInput(f"--set {key}: no such training option")
         try:
             value = tomllib.loads(f"v = {text}")["v"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, ValueError):
             value = text
+        except RecursionError:
+            raise BadInput(f"--set {key}: the value nests arrays or tables too deeply") from None
         values[name] = _coerce(name, value, f"--set {key}")
     for name, value in flags.items():
         if value is not None:
@@ -199,28 +210,22 @@ def check_config(cfg: TrainConfig) -> None:
         raise BadInput(f"lambda has {len(cfg.lam)} values for {len(cfg.rewards)} rewards ({', '.join(cfg.rewards)})")
     if not all(math.isfinite(x) and x > 0 for x in cfg.lam):
         raise BadInput(f"lambda must be positive numbers, got {list(cfg.lam)}")
-    if cfg.group_size < 2:
-        raise BadInput(f"group size G must be at least 2 (advantages are relative to the group), got {cfg.group_size}")
+    for key, kind in BOUND_OF.items():  # each was checked where it was given; a config built in code too
+        bounds.check(kind, getattr(cfg, key), key)
+    bounds.check_product("images_per_step", {"group_size": cfg.group_size, "prompts_per_step": cfg.prompts_per_step})
     checks = [
-        (cfg.max_steps >= 1, "max_steps must be >= 1 (a run of no step writes nothing)"),
-        (cfg.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
-        (cfg.micro_batch >= 1 and cfg.sample_batch >= 1, "micro_batch and sample_batch must be >= 1"),
-        (cfg.updates_per_step >= 1, "updates_per_step must be >= 1"),
         (cfg.learning_rate > 0, "learning_rate must be > 0"),
         (cfg.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}"),
-        (cfg.warmup_steps >= 0, "warmup_steps must be >= 0"),
         (0 <= cfg.weight_decay and cfg.grad_clip > 0, "weight_decay must be >= 0 and grad_clip > 0"),
         (cfg.clip_range > 0 and cfg.adv_clip > 0, "clip_range and adv_clip must be > 0"),
         (cfg.adv_std in ADV_STD, f"adv_std must be one of {', '.join(ADV_STD)}"),
         (cfg.beta_kl >= 0, "beta_kl must be >= 0"),
         (cfg.kl_form in KL_FORMS, f"kl_form must be one of {', '.join(KL_FORMS)}"),
-        (cfg.lora_rank >= 0 and cfg.lora_alpha > 0, "lora_rank must be >= 0 (0: full fine-tuning), lora_alpha > 0"),
+        (cfg.lora_alpha > 0, "lora_alpha must be > 0"),
         (bool(cfg.lora_targets), "lora_targets names no module"),
         (0 <= cfg.ema_decay < 1, "ema_decay must lie in [0, 1)"),
-        (cfg.save_every >= 1 and cfg.keep_checkpoints >= 1, "save_every and keep_checkpoints must be >= 1"),
         (cfg.noise_level is None or cfg.noise_level > 0, "noise_level must be > 0 (the trainer needs the SDE)"),
         (cfg.train_fraction is None or 0 < cfg.train_fraction <= 1, "train_fraction must lie in (0, 1]"),
-        (cfg.seed >= 0, "seed must be >= 0"),
     ]
     for ok, message in checks:
         if not ok:

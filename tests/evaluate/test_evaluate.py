@@ -258,7 +258,7 @@ BAD = {
     "neither": (lambda w, b: [], "exactly one of --run"),
     "checkpoint of the base": (lambda w, b: ["--setting", w["setting"], "--checkpoint", 1], "base model has none"),
     "unknown [evaluate] key": (lambda w, b: ["--setting", b["unknown_key"]], "unknown key 'samples'"),
-    "n of zero": (lambda w, b: ["--setting", w["setting"], "--n", 0], "n must be an integer >= 1"),
+    "n of zero": (lambda w, b: ["--setting", w["setting"], "--n", 0], "--n must be an integer from 1 to 100000, got 0"),
 }
 
 

@@ -19,7 +19,8 @@ def test_unknown_source(tmp_path, source):
 
 @pytest.mark.parametrize("n", [0, -3])
 def test_n_below_one(tmp_path, n):
-    assert_one_line_exit_2(run(tmp_path, "--setting", "toy", "--source", "renderer", "--n", n), "--n must be at least 1")
+    assert_one_line_exit_2(run(tmp_path, "--setting", "toy", "--source", "renderer", "--n", n),
+                           "--n must be an integer from 1 to 100000")
     assert not (tmp_path / "out").exists()
 
 

@@ -304,8 +304,8 @@ def test_one_step_reads_as_one_step(train_setting, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (("--max-steps", "0"), "max_steps must be >= 1"),
-    (("--group-size", "1"), "group size G must be at least 2"),
+    (("--max-steps", "0"), "--max-steps must be an integer from 1 to 1000000, got 0"),
+    (("--group-size", "1"), "--group-size must be an integer from 2 to 1024, got 1"),
     (("--set", "nosuchkey=1"), "nosuchkey"),
     (("--set", "learning_rate"), "KEY=VALUE"),
     (("--lambda", "1,2"), "lambda has 2 values"),

@@ -123,7 +123,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 value = [v for v in value.split(",") if v.strip()]
             if not isinstance(value, (list, tuple)):
                 raise TypeError
-            inner = float if "float" in kind else str
+            inner = _finite if "float" in kind else str
             return tuple(inner(v.strip() if isinstance(v, str) else v) for v in value)
         if kind == "bool":
             if not isinstance(value, bool):
@@ -138,14 +138,25 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 raise TypeError
             return int(value)
         if kind.startswith("float"):
-            return float(value)
+            return _finite(value)
         if kind.startswith("str"):
             return str(value)
     except (TypeError, ValueError):
         pass
     else:
         return value
+    if kind.startswith("float") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise BadInput(f"{where}: {key} = {value!r} is not a finite number")
     raise BadInput(f"{where}: {key} = {value!r} is not a valid {kind}")
+
+
+def _finite(value: Any) -> float:
+    """``float(value)``, or ValueError when that is inf or nan (``--set learning_rate=inf``): a training
+    option at infinity trains nothing, silently."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(value)
+    return number
 
 
 def config_from_setting(raw: dict[str, Any], setting_file: Path) -> TrainConfig:

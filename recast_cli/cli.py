@@ -5,7 +5,9 @@ bad input prints one line on stderr and exits 2 with nothing written; anything e
 internal error (exit 1).
 """
 
+import functools
 import importlib
+import math
 import sys
 from typing import Any
 
@@ -37,6 +39,12 @@ class RecastGroup(TyperGroup):
         rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
         return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            finite_floats(command)
+        return command
+
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         try:
@@ -60,6 +68,30 @@ class RecastGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def finite_floats(command: Any) -> None:
+    """Make ``command`` (and, for a group such as ``toy``, each of its commands) refuse a float option
+    or argument that is ``inf`` or ``nan`` before it runs: Click reads ``--beta inf`` as a float, and
+    no quantity of recast means anything at infinity (BadInput naming the option). Applied once."""
+    for sub in getattr(command, "commands", {}).values():
+        finite_floats(sub)
+    callback = getattr(command, "callback", None)
+    if callback is None or getattr(callback, "_finite_floats", False):
+        return
+
+    @functools.wraps(callback)
+    def checked(*args: Any, **params: Any) -> Any:
+        for param in command.params:
+            value = params.get(param.name)
+            for item in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(item, float) and not math.isfinite(item):
+                    name = max(param.opts, key=len) if param.opts else param.name
+                    raise BadInput(f"{name} {item}: must be a finite number")
+        return callback(*args, **params)
+
+    checked._finite_floats = True  # type: ignore[attr-defined]
+    command.callback = checked
 
 
 def _fail(message: str, code: int) -> int:

@@ -34,3 +34,14 @@ def shown(value: Any, limit: int = ECHO_LIMIT) -> str:
     except ValueError:
         return f"an integer of {value.bit_length()} bits"
     return cut(text, limit)
+
+
+def refuse_duplicates(names, what: str) -> None:
+    """BadInput naming the first name that ``names`` lists twice (``what``: where they came from, e.g.
+    ``--rewards``). A list of rewards or judges names each once: a repeat would be computed twice and
+    then collide in the table's columns, after all the work."""
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise BadInput(f"{what} names {name!r} twice; name each once")
+        seen.add(name)

@@ -12,6 +12,7 @@ uses it (``[train]`` in ``train/config.py``, ``[evaluate]`` in ``evaluate/config
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -65,6 +66,24 @@ def parse_table(cls: type[T], table: dict[str, Any], unknown: Callable[[list[str
     return cls(**given, **values)
 
 
+def check_finite_numbers(raw: dict[str, Any], path: Path) -> None:
+    """BadInput naming the first value of the setting, in any table or list, that is ``inf`` or ``nan``.
+
+    TOML spells both (``learning_rate = inf``); no option of recast means anything there, and a
+    run would go on silently (a non-finite adapter). Walked with a stack, not recursion, so a deeply
+    nested array cannot exhaust Python's stack here.
+    """
+    stack: list[tuple[str, Any]] = [(key, value) for key, value in reversed(raw.items())]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(f"{path}: {where} = {value} is not a finite number")
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{key}", item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """How to build the setting's policy (see ``build_policy``)."""
@@ -113,6 +132,7 @@ def load_setting(name_or_path: str) -> Setting:
         raise BadInput(f"{path}: not valid TOML ({cut(str(exc))})") from None
     except RecursionError:
         raise BadInput(f"{path}: not valid TOML (arrays or tables nested too deeply)") from None
+    check_finite_numbers(raw, path)
     unknown_tables = [t for t in raw if t not in KNOWN_TABLES]
     if unknown_tables:
         raise BadInput(f"{path}: unknown table [{unknown_tables[0]}]; known: {', '.join(KNOWN_TABLES)}")

@@ -23,7 +23,7 @@ def test_a_run_takes_the_folder_resumes_it_and_finishes(tmp_path):
     lock.release()
     open_parts(out, "abc", {}, **OPTS).release()  # the same run resumes, its pieces kept
     assert (parts / "piece-1.bin").is_file()
-    finish_parts(out)
+    finish_parts(out, ["piece-1.bin"])
     assert not parts.exists()
 
 

@@ -54,7 +54,7 @@ from recast_cli.artifacts.run import (
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics, write_metrics
 from recast_cli.artifacts.image_scores import IMAGE_SCORES_SCHEMA, ImageScores, read_image_scores, write_image_scores
 from recast_cli.artifacts.judgements import JUDGEMENTS_SCHEMA, Pair, Verdict, read_judgements, write_judgements
-from recast_cli.artifacts.parts import finish_parts, open_parts, parts_dir
+from recast_cli.artifacts.parts import bad_piece, finish_parts, open_parts, parts_dir, read_array_piece
 from recast_cli.artifacts.kinds import FOLDER_MARKERS, READERS, artifact_kind, artifact_schema
 from recast_cli.artifacts.outputs import (
     FIGURE_SCHEMA, IMAGE_SCHEMA, PNG_SCHEMA_KEY, REPORT_MARK, REPORT_SCHEMA, claim_output, claim_folder, png_text,
@@ -76,7 +76,8 @@ __all__ = [
     "CURVE_RUN_KEYS", "CURVE_SAMPLERS", "CURVE_SCHEMA", "CurveTable", "read_curve", "validate_curve", "write_curve",
     "CHECKPOINT_SCHEMA", "RECORD_NAME", "RUN_SCHEMA", "RunRecord", "RunRecordError", "latest_checkpoint",
     "list_checkpoints", "read_run", "step_dir", "write_run", "FOLDER_MARKERS", "READERS", "artifact_kind",
-    "artifact_schema", "METRICS_SCHEMA", "read_metrics", "write_metrics", "finish_parts", "open_parts", "parts_dir", "IMAGE_SCORES_SCHEMA", "ImageScores",
+    "artifact_schema", "METRICS_SCHEMA", "read_metrics", "write_metrics", "bad_piece", "finish_parts", "open_parts",
+    "parts_dir", "read_array_piece", "IMAGE_SCORES_SCHEMA", "ImageScores",
     "read_image_scores", "write_image_scores", "JUDGEMENTS_SCHEMA", "Pair", "Verdict", "read_judgements",
     "write_judgements", "FIGURE_SCHEMA", "IMAGE_SCHEMA", "PNG_SCHEMA_KEY", "REPORT_MARK", "REPORT_SCHEMA", "claim_output",
     "claim_folder", "png_text", "refuse_foreign_file",

@@ -177,6 +177,9 @@ def read_gains(path: str | os.PathLike[str]) -> GainTable:
         if not (check(dtype) or pa.types.is_null(dtype) or (name == "reward" and pa.types.is_large_string(dtype))):
             raise BadInput(f"{where}: column {name!r} has type {dtype}, expected {GAIN_COLUMNS[name]}")
     require_columns(arrow, GAIN_COLUMNS, where, not_null=("reward", "t", "sigma", "D"))
+    if arrow.num_rows == 0:
+        raise BadInput(f"{where}: the table holds no row (no reward, no step); a gain table has one row per "
+                       "(reward, t = 0..T)")
 
     reward_col = arrow.column("reward").to_pylist()
     t_col = arrow.column("t").to_numpy().astype(np.int64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -192,9 +193,11 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success fsync it and rename it into place.
 
     If the body raises, the temporary file is removed and ``path`` is untouched, so a
-    crashed stage never leaves a half-written artifact. A ``path`` that exists and is not a
-    regular file (a device node, a pipe, a symbolic link) is never replaced. An output lock
-    this process holds on ``path`` (``claim_output``) is released once ``path`` is written.
+    crashed stage never leaves a half-written artifact. A full disk or quota (ENOSPC, EDQUOT),
+    met by the body's write or by the fsync, is BadInput, one line: the old file is kept. A
+    ``path`` that exists and is not a regular file (a device node, a pipe, a symbolic link) is
+    never replaced. An output lock this process holds on ``path`` (``claim_output``) is
+    released once ``path`` is written.
     """
     out = check_writable(path)
     refuse_non_regular(out)
@@ -203,6 +206,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
         clean_stale_temps(out)
         fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp")
     except OSError as exc:
+        _refuse_when_full(exc, out)
         raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
     os.close(fd)
     tmp = Path(tmp_name)
@@ -213,9 +217,23 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; artifacts get the usual permissions
         refuse_non_regular(out)  # again: something may have appeared there while the stage ran
         os.replace(tmp, out)
+    except OSError as exc:
+        _refuse_when_full(exc, out)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     release_output_lock(out)
+
+
+#: The errors of a full disk or an exhausted quota (EDQUOT is absent on some platforms).
+NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _refuse_when_full(exc: OSError, out: Path) -> None:
+    """BadInput (one line, exit 2) when ``exc`` says the disk or the quota is full; nothing else."""
+    if exc.errno in NO_SPACE:
+        kept = "the old file is kept" if out.exists() else "nothing was written"
+        raise BadInput(f"no space left writing {out} ({exc.strerror or 'disk full'}); {kept}") from None
 
 
 def refuse_non_regular(out: Path) -> None:
@@ -235,6 +253,13 @@ def _temp_pattern(name: str) -> re.Pattern[str]:
     """The names of :func:`atomic_output`'s temporary files for ``name``: ``.NAME.PID.RANDOM.tmp``
     (RANDOM: the 8 characters of ``tempfile.mkstemp``)."""
     return re.compile(rf"\.{re.escape(name)}\.([0-9]+)\.[a-z0-9_]{{8}}\.tmp")
+
+
+def temp_target(name: str) -> str | None:
+    """The file an :func:`atomic_output` temporary file named ``name`` was to become (None: ``name``
+    is not of that form)."""
+    match = re.fullmatch(r"\.(.+)\.[0-9]+\.[a-z0-9_]{8}\.tmp", name)
+    return match.group(1) if match else None
 
 
 def clean_stale_temps(out: Path) -> list[Path]:
@@ -341,8 +366,9 @@ def release_output_lock(out: str | os.PathLike[str]) -> None:
 
 
 def release_output_locks() -> None:
-    """Drop every output lock this process holds (a command ended, written or not)."""
-    for out in list(_OUTPUT_LOCKS):
+    """Drop every output lock this process holds (a command ended, written or not), the latest first: a
+    folder made for the first one is removed once the later ones' lock files in it are gone."""
+    for out in reversed(list(_OUTPUT_LOCKS)):
         release_output_lock(out)
 
 

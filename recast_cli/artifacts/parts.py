@@ -9,18 +9,23 @@ determines the results); its exclusive lock makes one writer per output.
 * A marker of another run (or of an older recast, which called it ``run.json``), or pieces and no
   marker: refuse while it holds pieces; one that finished no piece (it stopped on bad input)
   blocks nothing.
-* Done: the stage writes ``OUT``, then removes the folder (:func:`finish_parts`).
+* Resuming, the stage reads every finished piece it will use before any new work; one that is
+  truncated or corrupt is named (:func:`bad_piece`: delete it to recompute it).
+* Done: the stage writes ``OUT``, then removes its own files from the folder, and the folder if
+  that empties it (:func:`finish_parts`); a file the user put there stays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from recast_cli.artifacts.io import FolderLock, atomic_write_bytes
+import numpy as np
+
+from recast_cli.artifacts.io import FolderLock, atomic_write_bytes, temp_target
 from recast_cli.errors import BadInput
 
 MARKER_NAME = "parts.json"
@@ -69,6 +74,40 @@ def open_parts(out: str | Path, run_id: str, record: Mapping[str, Any], *, piece
     return lock
 
 
-def finish_parts(out: str | Path) -> None:
-    """Remove ``OUT.parts/`` once ``OUT`` is written."""
-    shutil.rmtree(parts_dir(out), ignore_errors=True)
+def bad_piece(path: Path, why: str) -> BadInput:
+    """The one line for a finished piece that cannot be used: which file, why, and what to do."""
+    return BadInput(f"{path}: a finished part of this run cannot be used ({why}); delete that file to recompute "
+                    "it, then rerun")
+
+
+def read_array_piece(path: Path, key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The array ``key`` of the safetensors piece ``path`` (estimate's ``prompt-N.safetensors``), or
+    BadInput (:func:`bad_piece`) when the file is unreadable (truncated, corrupt) or holds no ``key``
+    of ``shape``."""
+    from safetensors.numpy import load_file
+
+    try:
+        tensors = load_file(path)
+    except Exception as exc:  # safetensors raises its own error type (and OSError) for a damaged file
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise bad_piece(path, f"not a readable safetensors file: {why}") from None
+    value = tensors.get(key)
+    if value is None or value.shape != shape:
+        held = "no " + repr(key) if value is None else f"{key!r} of shape {tuple(value.shape)}"
+        raise bad_piece(path, f"it holds {held}, this run needs shape {shape}")
+    return value
+
+
+def finish_parts(out: str | Path, pieces: Iterable[str]) -> None:
+    """Once ``OUT`` is written, remove recast's own files from ``OUT.parts/``: the marker, the finished
+    pieces (``pieces``: the names of every piece the run wrote) and the temporary files of their writes;
+    then the folder, if that left it empty. Anything else in it (a user's file) is kept, with the folder."""
+    parts = parts_dir(out)
+    if not parts.is_dir():
+        return
+    own = {MARKER_NAME, LEGACY_MARKER_NAME, *pieces}
+    for path in parts.iterdir():
+        if (temp_target(path.name) or path.name) in own and path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        parts.rmdir()

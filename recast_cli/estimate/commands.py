@@ -90,10 +90,14 @@ def merge_command(
     monotone: str = typer.Option("isotonic", help="Make the gains non-negative: isotonic (PAVA) or clip."),
     bootstrap: int = typer.Option(200, help="Bootstrap resamples over prompts for the intervals (0: none)."),
     jackknife: bool = typer.Option(False, help="Delete-one-k jackknife against finite-K bias (α ≠ 2)."),
+    allow_partial: bool = typer.Option(False, "--allow-partial",
+                                       help="Merge even when shards (prompts) of the run are missing: warn, and "
+                                            "record them as 'partial' in the tables' metadata."),
 ) -> None:
     """Merge the scores of a sharded run and compute its gain tables (equal to an unsharded run)."""
     from recast_cli.artifacts import GAINS_SCHEMA, SCORES_SCHEMA, Source, claim_output, read_scores, write_scores
     from recast_cli.estimate import stage
+    from recast_cli.estimate.merge import describe, merge_scores
 
     opts = stage.GainOptions(alphas=stage.parse_alphas(alpha), beta=beta, standardise=standardise,
                              monotone=monotone, bootstrap=bootstrap, jackknife=jackknife)
@@ -103,7 +107,11 @@ def merge_command(
     claim_output(merged_path, SCORES_SCHEMA, inputs=shards)
     for path in outs:
         claim_output(path, GAINS_SCHEMA, inputs=shards)
-    merged = stage.merge_scores(shards)
+    merged = merge_scores(shards, allow_partial=allow_partial)
+    if "partial" in merged.meta:
+        gap = merged.meta["partial"]
+        sys.stderr.write(f"recast: warning: partial merge: {gap['prompts']} of the run's {gap['of']} prompts, "
+                         f"{describe(gap)}; recorded as 'partial' in the tables' metadata\n")
     write_scores(merged_path, merged, config={"command": "merge"}, sources=[Source.of(s) for s in shards])
     stage.gains_from_scores(read_scores(merged_path), opts, outs, merged_path)
     for path in (merged_path, *outs):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 
 from recast_cli.artifacts import (
     GAINS_SCHEMA,
@@ -32,17 +32,20 @@ from recast_cli.artifacts import (
     RunRecordError,
     ScoreTable,
     Source,
+    atomic_output,
+    bad_piece,
     claim_output,
     finish_parts,
     open_parts,
     parts_dir,
+    read_array_piece,
     read_run,
     read_scores,
     write_gains,
     write_scores,
 )
 from recast_cli import bounds
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, refuse_duplicates
 from recast_cli.estimate.gains import MONOTONE, SAMPLINGS, estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
 from recast_cli.grid import GridSpec
@@ -101,6 +104,7 @@ def parse_shard(text: str | None) -> tuple[int, int]:
 def check_config(cfg: EstimateConfig, opts: GainOptions) -> None:
     if not cfg.rewards:
         raise BadInput("--rewards names no reward")
+    refuse_duplicates(cfg.rewards, "--rewards")
     bounds.check_all(("steps", "--steps", cfg.steps), ("positives_per_prompt", "--n", cfg.N),
                      ("rollouts", "--k", cfg.K), ("prompts", "--p", cfg.P), ("seed", "--seed", cfg.seed),
                      ("batch", "--batch-size", cfg.batch_size))
@@ -509,6 +513,10 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
         def part_of(j: int) -> Path:
             return parts / f"prompt-{world.prompt_ids[j]:06d}.safetensors"
 
+        shape = (cfg.N, T + 1, cfg.K, len(cfg.rewards))
+        for j in wanted:  # every finished part this run will read, before any rollout: a damaged one is named now
+            if part_of(j).is_file():
+                _read_part(part_of(j), shape)
         columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
         done = sum(part_of(j).is_file() for j in mine)
@@ -526,16 +534,14 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
                 scores = prompt_scores(world.policy, world.prompts[j], world.prompt_ids[j], world.scorers, plan,
                                        cfg.sampling, positives=world.positives(j) if world.positives else None,
                                        N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
-                tmp = part_of(j).with_suffix(".tmp")
-                save_file({"scores": np.ascontiguousarray(scores)}, tmp)
-                os.replace(tmp, part_of(j))
+                with atomic_output(part_of(j)) as tmp:
+                    save_file({"scores": np.ascontiguousarray(scores)}, tmp)
                 elapsed = progress.tasks[0].elapsed or 1e-9
                 progress.update(task, rate=progress.tasks[0].completed / elapsed)
         procs.wait()
         if procs.rank > 0:
             return None
-        dense = (np.stack([load_file(part_of(j))["scores"] for j in wanted]) if wanted
-                 else np.zeros((0, cfg.N, T + 1, cfg.K, len(cfg.rewards))))
+        dense = np.stack([_read_part(part_of(j), shape) for j in wanted]) if wanted else np.zeros((0, *shape))
         sigmas = world.policy.sigmas.numpy().tolist()
         meta = {
             "run_id": run_id, "rewards": list(cfg.rewards), "T": T, "N": cfg.N, "K": cfg.K, "P": len(world.prompts),
@@ -548,11 +554,20 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
                            prompts=tuple(world.prompts[j] for j in wanted),
                            rewards=tuple(cfg.rewards), scores=dense, meta=meta)
         write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
-        finish_parts(out)
+        finish_parts(out, [part_of(j).name for j in wanted])
         return read_scores(scores_path(out))
     finally:
         if lock is not None:
             lock.release()
+
+
+def _read_part(path: Path, shape: tuple[int, ...]) -> np.ndarray:
+    """One prompt's finished scores [N, T+1, K, m] from OUT.parts/, or BadInput naming the file (truncated,
+    corrupt, of another shape, or with a non-finite score where every rollout has one)."""
+    scores = read_array_piece(path, "scores", shape)
+    if not (np.isfinite(scores[:, 1:]).all() and np.isfinite(scores[:, 0, 0]).all()):
+        raise bad_piece(path, "it holds a non-finite score")
+    return scores
 
 
 def _grid_of(world: World) -> dict:
@@ -596,6 +611,7 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
                 "rollout_noise": meta["rollout_noise"], "guidance_scale": meta["guidance_scale"],
                 "run_id": meta["run_id"], "grid": meta["grid"], "surrogate_check": est.surrogate,
                 "jackknife": opts.jackknife, "bootstrap": opts.bootstrap,
+                **({"partial": meta["partial"]} if "partial" in meta else {}),  # recast merge --allow-partial
             },
         )
         write_gains(out, gains, config={"alpha": alpha, "beta": beta, "monotone": opts.monotone,
@@ -678,23 +694,3 @@ def estimate(cfg: EstimateConfig, opts: GainOptions, out: str | Path, shard: str
     gains_from_scores(table, opts, outs, scores_path(out))
     return [scores_path(out), *outs]
 
-
-def merge_scores(paths: Sequence[str | Path]) -> ScoreTable:
-    """Shards of one run → one scores table (prompts in id order), exactly as a single run would hold them."""
-    tables = [read_scores(p) for p in paths]
-    run_ids = {t.meta["run_id"] for t in tables}
-    if len(run_ids) != 1:
-        raise BadInput(f"the shards come from different runs (run ids {', '.join(sorted(run_ids))})")
-    seen: set[int] = set()
-    for path, t in zip(paths, tables):
-        overlap = seen & set(t.prompt_ids)
-        if overlap:
-            raise BadInput(f"{path}: prompt_id {min(overlap)} is in another shard too")
-        seen |= set(t.prompt_ids)
-    order = sorted((pid, ti, j) for ti, t in enumerate(tables) for j, pid in enumerate(t.prompt_ids))
-    first = tables[0]
-    dense = np.stack([tables[ti].scores[j] for _, ti, j in order])
-    meta = {**first.meta, "shard": [0, 1]}
-    return ScoreTable(prompt_ids=tuple(pid for pid, _, _ in order),
-                      prompts=tuple(tables[ti].prompts[j] for _, ti, j in order),
-                      rewards=first.rewards, scores=dense, meta=meta)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recast_cli import bounds
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, refuse_duplicates
 from recast_cli.settings import Setting, parse_table
 from recast_cli.train.config import TrainConfig, config_from_setting as train_config
 
@@ -53,6 +53,7 @@ def config_from_setting(setting: Setting) -> tuple[EvalConfig, TrainConfig]:
     def judges(value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(j, str) for j in value):
             raise BadInput(f"{where}: judges must be a list of scorer names")
+        refuse_duplicates(value, f"{where}: judges")
         return tuple(value)
 
     def guidance_scale(value: Any) -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -38,6 +39,7 @@ from recast_cli.artifacts import (
     RunRecordError,
     Source,
     atomic_write_bytes,
+    bad_piece,
     claim_output,
     finish_parts,
     open_parts,
@@ -337,6 +339,10 @@ def _evaluate(plan: EvalPlan, world: EvalWorld, quiet: bool) -> EvalTable:
         def chunk_file(c: int) -> Path:
             return parts / f"chunk-{c:06d}.json"
 
+        labels = [_label(name) for name, _ in plan.scorers]
+        for c, chunk in enumerate(chunks):  # every finished chunk, before any sampling: a damaged one is named now
+            if chunk_file(c).is_file():
+                _read_chunk(chunk_file(c), chunk, labels)
         from rich.console import Console
 
         columns = [TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TextColumn("images"),
@@ -357,13 +363,9 @@ def _evaluate(plan: EvalPlan, world: EvalWorld, quiet: bool) -> EvalTable:
                 atomic_write_bytes(chunk_file(c), json.dumps({"image_ids": [im.image_id for im in chunk],
                                                               "scores": scores}).encode())
                 progress.advance(task, len(chunk))
-        labels = [_label(name) for name, _ in plan.scorers]
         rows = []
         for c, chunk in enumerate(chunks):
-            done = json.loads(chunk_file(c).read_text())
-            if done["image_ids"] != [im.image_id for im in chunk]:
-                raise RuntimeError(f"{chunk_file(c)} holds other images than chunk {c}")
-            rows.extend(np.array([done["scores"][label] for label in labels], dtype=np.float64).T)
+            rows.extend(_read_chunk(chunk_file(c), chunk, labels).T)
         table = EvalTable(images=tuple(images), scorers=tuple(labels), kinds=tuple(k for _, k in plan.scorers),
                           scores=np.stack(rows), meta=_metadata(plan, world, rid))
         final = images_dir(plan.out)
@@ -373,10 +375,29 @@ def _evaluate(plan: EvalPlan, world: EvalWorld, quiet: bool) -> EvalTable:
                 shutil.rmtree(final)
             os.replace(staged, final)
         write_eval(plan.out, table, config=_config(plan, world), sources=_sources(plan, world))
-        finish_parts(plan.out)
+        finish_parts(plan.out, [chunk_file(c).name for c in range(len(chunks))])
     finally:
         lock.release()
     return table
+
+
+def _read_chunk(path: Path, chunk: Sequence[EvalImage], labels: Sequence[str]) -> np.ndarray:
+    """A finished chunk's scores [scorer, image] from OUT.parts/, or BadInput naming the file: unreadable
+    (truncated) JSON, other images than the chunk's, or not one number per image for every scorer."""
+    try:
+        done = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad_piece(path, f"not readable JSON: {exc}") from None
+    scores = done.get("scores") if isinstance(done, dict) else None
+    if not isinstance(done, dict) or done.get("image_ids") != [im.image_id for im in chunk]:
+        raise bad_piece(path, "it names other images than this chunk of the evaluation")
+    if not isinstance(scores, dict) or any(
+            not isinstance(scores.get(label), list) or len(scores[label]) != len(chunk)
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                       for x in scores[label])
+            for label in labels):
+        raise bad_piece(path, f"it does not hold {len(chunk)} scores for each of {', '.join(labels)}")
+    return np.array([scores[label] for label in labels], dtype=np.float64)
 
 
 # ------------------------------------------------------------------ 4. the record

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, refuse_duplicates
 from recast_cli.settings import Setting, parse_table
 
 
@@ -35,6 +35,7 @@ def config_from_setting(setting: Setting) -> PositivesConfig:
     def rewards(value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
             raise BadInput(f"{where}: rewards must be a list of registered scorer names, got {value!r}")
+        refuse_duplicates(value, f"{where}: rewards")
         return tuple(value)
 
     def unknown(keys: list[str], allowed: list[str]) -> str:

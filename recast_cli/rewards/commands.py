@@ -40,13 +40,14 @@ def score_command(
 ) -> None:
     """Score images with any scorers: one row per image x scorer (image, prompt, scorer, score, extras)."""
     from recast_cli.artifacts import IMAGE_SCORES_SCHEMA, claim_output, write_image_scores
-    from recast_cli.errors import BadInput
+    from recast_cli.errors import BadInput, refuse_duplicates
     from recast_cli.rewards import scoring
 
     bounds.check("batch", batch_size, "--batch-size")
     names = [n.strip() for n in rewards.split(",") if n.strip()]
     if not names:
         raise BadInput("--rewards names no scorer")
+    refuse_duplicates(names, "--rewards")
     options = scoring.scorer_options(names, weights, opt, device, batch_size)
     claim_output(out_path, IMAGE_SCORES_SCHEMA)
     paths = scoring.collect_images([*images, *(more_images or [])])
@@ -130,10 +131,12 @@ def judge_command(
 ) -> None:
     """Judge image pairs in both presentation orders with a VLM; position-debiased win rates (Table 3)."""
     from recast_cli.artifacts import JUDGEMENTS_SCHEMA, claim_output, write_judgements
+    from recast_cli.errors import refuse_duplicates
     from recast_cli.rewards import judge
 
     bounds.check("tries", retries, "--retries")
     names = tuple(c.strip() for c in criteria.split(",") if c.strip())
+    refuse_duplicates([n.lower() for n in names], "--criteria")  # before the pairs are read
     claim_output(out_path, JUDGEMENTS_SCHEMA)
     items = judge.read_pairs(pairs)
     client = judge.PairwiseJudge(url, model, criteria=names, timeout=timeout, retries=retries)

@@ -129,7 +129,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 value = [v for v in value.split(",") if v.strip()]
             if not isinstance(value, (list, tuple)):
                 raise TypeError
-            inner = float if "float" in kind else str
+            inner = _finite if "float" in kind else str
             return tuple(inner(v.strip() if isinstance(v, str) else v) for v in value)
         if kind == "bool":
             if not isinstance(value, bool):
@@ -145,7 +145,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             label = where if where.startswith("--") else f"{where}: [train] {key}"
             return bounds.check(BOUND_OF[key], int(value), label)
         if kind.startswith("float"):
-            return float(value)
+            return _finite(value)
         if kind.startswith("str"):
             return str(value)
     except BadInput:  # a value of the right type out of its bounds
@@ -154,7 +154,18 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         pass
     else:
         return value
+    if kind.startswith("float") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise BadInput(f"{where}: {key} = {shown(value)} is not a finite number")
     raise BadInput(f"{where}: {key} = {shown(value)} is not a valid {kind}")
+
+
+def _finite(value: Any) -> float:
+    """``float(value)``, or ValueError when that is inf or nan (``--set learning_rate=inf``): a training
+    option at infinity trains nothing, silently."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(value)
+    return number
 
 
 def config_from_setting(raw: dict[str, Any], setting_file: Path) -> TrainConfig:

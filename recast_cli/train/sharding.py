@@ -52,6 +52,11 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if _sharded(t) else t
 
 
+def local_part(t: torch.Tensor) -> torch.Tensor:
+    """This process's shard of ``t`` (no communication); ``t`` itself when it is not sharded."""
+    return t.to_local() if _sharded(t) else t
+
+
 def shard_like(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``whole`` split as ``like`` is (this process's rows of a DTensor; ``whole`` itself otherwise).
 

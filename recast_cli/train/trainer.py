@@ -45,7 +45,7 @@ from recast_cli.train.metrics import MetricsLog, step_metrics
 from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
 from recast_cli.train.params import Parameters
 from recast_cli.train.plan import Plan, check_fsdp, weights_key
-from recast_cli.train.sharding import clip_grad_norm, full_tensor, requested_fsdp, shard, shard_like
+from recast_cli.train.sharding import clip_grad_norm, full_tensor, local_part, requested_fsdp, shard, shard_like
 
 
 # ------------------------------------------------------------------ the trainer
@@ -147,6 +147,7 @@ class Trainer:
             self.policy.encode_prompts([prompt])
         cond = self.policy.encode_prompts(prompts)
         states, log_probs, futures = [], [], []
+        finite = True
         with ThreadPoolExecutor(max_workers=1) as pool:
             for lo in range(0, len(prompts), cfg.sample_batch):
                 idx = torch.arange(lo, min(lo + cfg.sample_batch, len(prompts)))
@@ -154,7 +155,11 @@ class Trainer:
                 states.append(traj.states)
                 log_probs.append(traj.log_probs)
                 images = self.policy.decode(traj.states[:, -1])
+                finite = bool(torch.isfinite(images).all())
+                if not finite:  # never scored: a reward would fail on it with a traceback
+                    break
                 futures.append(pool.submit(self._score, images, prompts[lo: lo + len(idx)]))
+            self.stop_unless_finite(finite, step, "the sampled images")
             rewards = torch.cat([f.result() for f in futures])
         return Batch(prompts, cond, torch.cat(states), torch.cat(log_probs), rewards)
 
@@ -215,6 +220,7 @@ class Trainer:
         model = self.policy.denoiser
         for chunk in np.array_split(pairs, cfg.updates_per_step):
             micro = [chunk[i: i + cfg.micro_batch] for i in range(0, len(chunk), cfg.micro_batch)]
+            chunk_loss = 0.0
             for k, part in enumerate(micro):
                 last = k == len(micro) - 1
                 sync = self.acc.no_sync(model) if self.engine == "ddp" and not last else contextlib.nullcontext()
@@ -223,12 +229,14 @@ class Trainer:
                     self.acc.backward(loss / len(chunk))
                 for key in totals:
                     totals[key] += parts[key]
+                chunk_loss += parts["loss"]
             if self.fsdp:  # the norm over every process's shards
                 grad_norm = clip_grad_norm(self.params.tensors, cfg.grad_clip)
             else:
                 grad_norm = float(self.acc.clip_grad_norm_(self.params.tensors, cfg.grad_clip))
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.stop_unless_finite(math.isfinite(chunk_loss), step, "the loss")
+            self.stop_unless_finite(math.isfinite(grad_norm), step, "the gradient norm")
+            self.stop_unless_finite(self.optimizer_step(), step, "the updated weights")
             if self.ema is not None:
                 with torch.no_grad():
                     for name, p in self.params.named:
@@ -242,6 +250,38 @@ class Trainer:
                                                     stats["loss"]], device=self.acc.device), "mean").cpu()
             stats.update(zip(("policy_loss", "kl", "clip_frac", "loss"), (float(v) for v in reduced)))
         return stats
+
+    def optimizer_step(self) -> bool:
+        """One AdamW step; whether every trained tensor (this process's shards) is finite after it.
+
+        A step too large for the weights' dtype (a learning rate of 1e300) makes torch refuse to
+        cast it ("cannot be converted ... without overflow"): that, too, is weights gone non-finite.
+        """
+        try:
+            self.optimizer.step()
+        except RuntimeError as exc:
+            if "overflow" not in str(exc):
+                raise
+            return False
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+        return bool(torch.stack([torch.isfinite(local_part(p.detach())).all() for p in self.params.tensors]).all())
+
+    def stop_unless_finite(self, ok: bool, step: int, what: str) -> None:
+        """Stop training with one line (BadInput, exit 2) unless ``ok`` holds on every process.
+
+        Called before the step's metrics row and checkpoint, so a non-finite loss, gradient, weight
+        or image leaves the run as its last checkpoint left it: it is never saved, or trained on.
+        Under several processes all agree first (one of them alone stopping would leave the others
+        waiting in the next collective forever).
+        """
+        if self.world > 1:
+            bad = torch.tensor([0.0 if ok else 1.0], device=self.acc.device)
+            ok = float(self.acc.reduce(bad, "sum")) == 0.0
+        if not ok:
+            raise BadInput(f"training stopped at step {step + 1}: {what} became non-finite (inf or nan); nothing of "
+                           "that step was saved, earlier checkpoints are kept; lower learning_rate or check the "
+                           "rewards, then resume or restart")
 
     def learning_rate(self, step: int) -> float:
         if self.cfg.lr_schedule == "warmup" and self.cfg.warmup_steps > 0:

@@ -121,7 +121,7 @@ def run_chain(work: Path, env: dict[str, str]) -> None:
 SHA256 = re.compile(rb"[0-9a-f]{64}")
 #: An evaluation's run id hashes the adapter file's sha256, whose safetensors header is ordered by
 #: a hash map (arbitrary per process): masked like the digests themselves.
-RUN_ID = re.compile(rb"(run_id\W{1,4})[0-9a-f]{16}")
+RUN_ID = re.compile(rb"(run_id\W{1,8})[0-9a-f]{16}")
 
 
 def canonical(path: Path, work: Path) -> bytes:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from recast_cli.artifacts import read_gains, read_scores, sha256_file
 from recast_cli.cli import app
-from recast_cli.estimate.stage import resolve_policy
+from recast_cli.estimate.worlds import resolve_policy
 from tests.train.conftest import tiny_train_setting
 
 runner = CliRunner()

@@ -1,0 +1,316 @@
+"""The worlds ``recast estimate`` measures in: policy, rewards, prompts and positives (METHOD.md §4).
+
+One builder per world — the exact analytic world (``--policy gmm1d``), its trainable version (a
+``flow1d`` setting) and the image models (an ``sd3``, ``flux`` or ``qwenimage`` setting, optionally
+with a run's LoRA) — and what they share: resolving ``--policy`` (a setting, a run or a checkpoint
+folder), the positives' images and the fingerprint of a model's weights. Nothing here runs a rollout;
+:mod:`recast_cli.estimate.stage` does, over the :class:`World` built here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from recast_cli.artifacts import RunRecordError, Source, read_run
+from recast_cli.errors import BadInput
+from recast_cli.prompts import read_prompt_file
+from recast_cli.seeds import analytic_positive_seed, renderer_seeds, sir_draw_seeds, sir_rng
+
+#: ``cfg`` below is an ``estimate.stage.EstimateConfig``; it is not imported (stage imports this module).
+
+
+@dataclass
+class World:
+    policy: Any
+    scorers: list
+    prompts: list[str]
+    prompt_ids: list[int]
+    positives: Any  # callable prompt_index -> list of latent sets, or None (π^old-sampling)
+    policy_info: dict
+    positives_info: dict
+    sources: list[Source]
+    is_analytic: bool  # an analytic world (gmm1d, or flow1d): raw rewards, β = 0.5, a linear grid
+    positive_sets: int = 1  # 1: one set serves every reward; m: one set per reward
+
+
+def build_world(cfg: "EstimateConfig") -> World:
+    """Resolve policy, scorers, prompts and the positives of a run (BadInput names what is wrong).
+
+    One builder per world: the exact analytic world (``--policy gmm1d``), its trainable version
+    (a ``flow1d`` setting), and image models (an ``sd3``, ``flux`` or ``qwenimage`` setting, optionally a
+    run's LoRA).
+    """
+    from recast_cli.rewards.registry import is_known, scorer_names
+
+    if cfg.policy == "gmm1d":
+        return _gmm1d_world(cfg)
+    from recast_cli.settings import load_setting
+
+    unknown = [r for r in cfg.rewards if not is_known(r)]
+    if unknown:
+        raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(scorer_names())}")
+    setting_name, checkpoint = resolve_policy(cfg.policy)
+    setting = load_setting(setting_name)
+    if setting.policy.kind == "flow1d":
+        return _flow1d_world(cfg, setting, checkpoint)
+    return _image_world(cfg, setting, checkpoint)
+
+
+def _gmm1d_world(cfg: "EstimateConfig") -> World:
+    """The exact analytic world: exact π⁺ draws per reward, P replicates of one "prompt"."""
+    from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DPolicy, GMM1DReward, sample_positive
+
+    unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
+    if unknown:
+        raise BadInput(f"gmm1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
+    if cfg.positives is not None:
+        raise BadInput("gmm1d draws exact π⁺ samples; it takes no --positives")
+    policy = GMM1DPolicy(steps=cfg.steps)
+    P = cfg.P or 4
+    prompts = [f"gmm1d-{p}" for p in range(P)]
+
+    def positives(p: int) -> list[torch.Tensor]:
+        # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
+        return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
+                                                 beta=0.5)).view(-1, 1)
+                for i, r in enumerate(cfg.rewards)]
+
+    return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
+                 positives if cfg.sampling == "pplus" else None,
+                 {"name": "gmm1d", "steps": cfg.steps}, {"source": "exact"} if cfg.sampling == "pplus" else {},
+                 [], True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
+
+
+def _image_world(cfg: "EstimateConfig", setting, checkpoint: Path | None) -> World:
+    """An image model (sd3, flux or qwenimage setting): positives from a folder or the toy renderer, or π^old-sampling
+    from a prompts file; a run's LoRA when ``--policy`` names a run or checkpoint."""
+    from recast_cli.rewards import build_scorer
+    from recast_cli.settings import build_policy, check_prompts, reward_options
+
+    spec = setting.policy
+    sources: list[Source] = []
+    if cfg.positives is not None:
+        from recast_cli.artifacts import read_positives
+
+        pos = read_positives(cfg.positives)
+        prompts = pos.prompts()
+        prompt_ids = sorted({s.prompt_id for s in pos.samples})
+        # one shared set (every reward), or one set per reward (e.g. `sample-positive --source self`)
+        reward_sets = [None] if not pos.rewards() else list(cfg.rewards)
+        for pid in prompt_ids:
+            for reward in reward_sets:
+                have = len(pos.for_prompt(pid, reward))
+                if have < cfg.N:
+                    which = "" if reward is None else f" for reward {reward!r}"
+                    raise BadInput(f"{cfg.positives}: prompt_id {pid} has {have} positives{which}, fewer than N = {cfg.N}")
+        manifest = Source.of(Path(cfg.positives) / "manifest.parquet")
+        positives_info = {"source": str(cfg.positives), "sha256": manifest.sha256,
+                          "generator": pos.meta.get("generator")}
+        recorded = {(s.prompt_id, s.reward): s.reward_std for s in pos.samples if s.reward_std is not None}
+        if recorded and reward_sets != [None]:  # `self` positives: the π^old scale each tilt used (E2)
+            positives_info["reward_std"] = {str(pid): {r: recorded.get((pid, r)) for r in cfg.rewards}
+                                            for pid in prompt_ids}
+        sources.append(manifest)
+    elif spec.prompt_check == "toy":
+        from recast_cli.toy.renderer import all_prompts
+
+        pos, reward_sets = None, [None]
+        prompts = all_prompts()
+        prompt_ids = list(range(len(prompts)))
+        positives_info = {"source": "renderer"}
+    elif cfg.sampling == "pplus":
+        raise BadInput(f"setting {setting.name!r}: π⁺-sampling needs --positives DIR (see recast sample-positive)")
+    else:
+        pos, reward_sets = None, [None]
+        prompts, prompt_ids = _prompts_file(cfg.prompts_file)
+        positives_info = {}
+    if cfg.P is not None:
+        prompts, prompt_ids = prompts[: cfg.P], prompt_ids[: cfg.P]
+    check_prompts(spec, prompts)
+    policy = build_policy(spec, steps=cfg.steps, guidance_scale=cfg.guidance_scale)
+    lora_info = {}
+    if checkpoint is not None:
+        from recast_cli.policy.lora import load_lora_into_policy
+
+        adapter = load_lora_into_policy(policy, checkpoint)
+        source = Source.of(adapter)
+        sources.append(source)
+        lora_info = {"checkpoint": str(checkpoint), "adapter": str(adapter), "adapter_sha256": source.sha256}
+    options = reward_options(setting)
+    scorers = [build_scorer(r, **options.get(r, {})) for r in cfg.rewards]
+
+    if pos is not None:  # every positive a rollout will start from decodes at the policy's size, checked up front
+        _check_positive_images(pos, prompt_ids, reward_sets, cfg.N, policy)
+
+    def positives(p: int) -> list[torch.Tensor]:
+        if pos is None:
+            from recast_cli.toy.renderer import render_batch
+
+            seeds = renderer_seeds(cfg.seed, prompt_ids[p], cfg.N)
+            images = render_batch([prompts[p]] * cfg.N, seeds, spec.resolution or 32)
+        else:
+            from recast_cli.rewards.base import as_float
+
+            sets = []
+            for reward in reward_sets:
+                chosen = pos.for_prompt(prompt_ids[p], reward)[: cfg.N]
+                images = torch.stack(as_float([_positive_image(pos.root / s.image_path, policy) for s in chosen]))
+                sets.append(policy.encode(images.to(policy.device)))
+            return sets
+        return [policy.encode(images.to(policy.device))]
+
+    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": str(spec.path) if spec.path else None,
+                   "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
+                   "weights_sha256": _weights_hash(spec.path), **lora_info}
+    return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
+                 policy_info, positives_info, sources, False, len(reward_sets) if cfg.sampling == "pplus" else 1)
+
+
+#: flow1d at a trained checkpoint: π⁺ by resampling this many of the policy's own draws per positive
+SIR_DRAWS_PER_POSITIVE = 64
+
+
+def _flow1d_world(cfg: "EstimateConfig", setting, checkpoint: Path | None) -> World:
+    """The trainable analytic world: the setting's flow1d policy (a checkpoint's residual loaded).
+
+    π⁺ = π^old·exp(r/β) with the raw reward and β = 0.5, as in gmm1d. At the base policy
+    (residual zero, π^old exact) the positives are exact π⁺ draws (rejection sampling). At a
+    trained checkpoint π^old is the trained sampler's law, which has no closed form: each
+    reward's N positives are resampled (SIR, E2) from ``SIR_DRAWS_PER_POSITIVE``·N of the
+    policy's own SDE draws, with probability ∝ exp(r/β) — exact as the draws grow.
+    """
+    from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DReward, reward_value, sample_positive
+    from recast_cli.settings import build_policy
+
+    unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
+    if unknown:
+        raise BadInput(f"flow1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
+    if cfg.positives is not None:
+        raise BadInput("flow1d draws its own π⁺ samples (exact at the base, resampled at a checkpoint); "
+                       "it takes no --positives")
+    spec = setting.policy
+    policy = build_policy(spec, steps=cfg.steps)
+    sources = [Source.of(setting.file)]
+    info: dict[str, Any] = {"setting": str(setting.file), "kind": "flow1d", "steps": cfg.steps}
+    if checkpoint is not None:
+        from recast_cli.policy.flow1d import load_network
+
+        weights = load_network(policy, checkpoint)
+        source = Source.of(weights)
+        sources.append(source)
+        info.update(checkpoint=str(checkpoint), adapter=str(weights), adapter_sha256=source.sha256)
+    P = cfg.P or 4
+    prompts = [f"flow1d-{p}" for p in range(P)]
+    beta = 0.5
+
+    def positives(p: int) -> list[torch.Tensor]:
+        if checkpoint is None:  # the exact π^old: exact π⁺ by rejection, one set per reward
+            return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
+                                                     beta=beta)).view(-1, 1)
+                    for i, r in enumerate(cfg.rewards)]
+        draws = SIR_DRAWS_PER_POSITIVE * cfg.N
+        seeds = torch.from_numpy(sir_draw_seeds(cfg.seed, p, draws))
+        x0 = policy.sample(policy.encode_prompts(prompts[p:p + 1] * draws), spec.noise_level, seeds,
+                           keep_log_probs=False).states[:, -1]
+        sets = []
+        for i, r in enumerate(cfg.rewards):
+            logits = reward_value(r, x0.numpy().reshape(-1)) / beta
+            weights = np.exp(logits - logits.max())
+            picks = sir_rng(cfg.seed, p, i).choice(draws, size=cfg.N, p=weights / weights.sum())
+            sets.append(x0[torch.from_numpy(picks)].clone())
+        return sets
+
+    positives_info = ({"source": "exact"} if checkpoint is None else
+                      {"source": "sir", "draws_per_positive": SIR_DRAWS_PER_POSITIVE, "beta": beta})
+    return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
+                 positives if cfg.sampling == "pplus" else None, info,
+                 positives_info if cfg.sampling == "pplus" else {}, sources, True,
+                 len(cfg.rewards) if cfg.sampling == "pplus" else 1)
+
+
+def _positive_image(path: Path, policy):
+    """One positive, RGB, through the header-checked reader; BadInput naming the file unless it
+    decodes at the policy's R x R."""
+    from recast_cli.images import max_pixels_for, read_image
+
+    size = getattr(policy, "resolution", None)
+    image = read_image(path, f"positive {path}", max_pixels_for(size)).convert("RGB")
+    if size is not None and image.size != (size, size):
+        raise BadInput(f"positive {path} is {image.size[0]} x {image.size[1]}, the policy samples {size} x {size} "
+                       "(recast sample-positive normalises to the setting's resolution)")
+    return image
+
+
+def _check_positive_images(pos, prompt_ids: Sequence[int], reward_sets: Sequence[str | None], N: int, policy) -> None:
+    """Decode every positive the run will use, once, before any rollout (see ``_positive_image``)."""
+    seen: set[Path] = set()
+    for pid in prompt_ids:
+        for reward in reward_sets:
+            for s in pos.for_prompt(pid, reward)[:N]:
+                path = pos.root / s.image_path
+                if path not in seen:
+                    seen.add(path)
+                    _positive_image(path, policy)
+
+
+def resolve_policy(text: str) -> tuple[str, Path | None]:
+    """``--policy`` → (setting name or path, checkpoint folder or None).
+
+    A folder is a ``recast train`` run (``run.json``: its latest complete checkpoint) or one of
+    its checkpoints (``RUN/checkpoints/step-N``); the setting is the one the run trained.
+    Anything else is a setting name or a .toml path, for ``load_setting`` to judge.
+    """
+    from recast_cli.train.checkpoint import latest_checkpoint, read_checkpoint
+
+    path = Path(text)
+    if not path.is_dir():
+        return text, None
+    if (path / "run.json").is_file():
+        run, checkpoint = path, latest_checkpoint(path)
+        if checkpoint is None:
+            raise BadInput(f"--policy {text}: the run has no complete checkpoint yet")
+    elif (path / "manifest.json").is_file() and (path.parent.parent / "run.json").is_file():
+        run, checkpoint = path.parent.parent, path
+    else:
+        raise BadInput(f"--policy {text}: a folder that is neither a recast train run (no run.json) nor one of its "
+                       "checkpoints (RUN/checkpoints/step-N); a setting is a name or a .toml file")
+    read_checkpoint(checkpoint)  # the manifest's sha256s: a corrupt or partial checkpoint is named here
+    try:
+        setting = read_run(run).setting
+    except RunRecordError as exc:
+        if exc.problem in ("json", "object", "config", "setting"):
+            raise BadInput(f"{exc.path} names no setting (config.setting)") from None
+        raise
+    if not Path(setting).is_file():
+        raise BadInput(f"--policy {text}: the run's setting {setting} (from {run / 'run.json'}) is not there")
+    return str(setting), checkpoint
+
+
+def _prompts_file(path: str | None) -> tuple[list[str], list[int]]:
+    if path is None:
+        raise BadInput("π^old-sampling on this setting needs --prompts FILE (one prompt per line)")
+    prompts, _ = read_prompt_file(path)
+    return prompts, list(range(len(prompts)))
+
+
+def _weights_hash(folder: Path | None) -> str | None:
+    """sha256 over the sha256s of the model folder's weight files (identifies the policy)."""
+    if folder is None:
+        return None
+    from recast_cli.artifacts import sha256_file
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*.safetensors")):
+        digest.update(f"{path.relative_to(folder)}:{sha256_file(path)}".encode())
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------ the run

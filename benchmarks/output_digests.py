@@ -89,9 +89,10 @@ def chain(work: Path) -> list[list[str]]:
         ["solve-w", "--gains", example, "--lambda", "1,2,1", "--steps", "10", "--out", str(work / "gmm1d-W.safetensors")],
         ["estimate", "--policy", "gmm1d", "--exact", "--rewards", "coarse,fine", "--steps", "6",
          "--out", str(work / "exact.parquet")],
-        *[["inspect", str(work / name), "--json", f">inspect-{name}.json"] for name in
+        *[["inspect", str(work / name), *flag, f">inspect-{name}{ext}"] for name in
           ("gains.parquet", "gains.scores.parquet", "W.safetensors", "positives", "run", "E.parquet",
-           "gmm1d-W.safetensors", "exact.parquet")],
+           "gmm1d-W.safetensors", "exact.parquet", "run/metrics.parquet", "run/checkpoints/step-000002")
+          for flag, ext in ((["--json"], ".json"), ([], ".txt"))],
     ]
 
 
@@ -104,7 +105,7 @@ def run_chain(work: Path, env: dict[str, str]) -> None:
         if done.returncode != 0:
             raise SystemExit(f"recast {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
         if capture:
-            (work / capture).write_text(done.stdout.replace(str(work), "WORK"))
+            (work / capture.replace("/", "-")).write_text(done.stdout.replace(str(work), "WORK"))
     study = work / "study"
     study.mkdir()
     (study / "prompts.txt").write_text("x\n")
@@ -140,6 +141,7 @@ def canonical(path: Path, work: Path) -> bytes:
         header = json.loads(data[8:8 + size])
         data = json.dumps(header, sort_keys=True).encode() + data[8 + size:]
     data = SHA256.sub(b"x" * 64, data.replace(str(work).encode(), b"WORK"))
+    data = re.sub(rb"sha256:[0-9a-f]{12}", b"sha256:" + b"x" * 12, data)  # inspect's short digests
     return RUN_ID.sub(rb"\1" + b"x" * 16, data)
 
 

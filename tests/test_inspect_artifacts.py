@@ -148,7 +148,7 @@ def world(tmp_path_factory) -> dict:
 
 
 def test_every_tag_is_owned_by_artifacts_and_read_through_readers():
-    from recast_cli.report.summary import INSPECT_READERS
+    from recast_cli.inspect import INSPECT_READERS
     from recast_cli.train.plan import RUN_SCHEMA as PLAN_RUN_SCHEMA
 
     assert (CHECKPOINT_SCHEMA, RUN_SCHEMA) == (ckpt.CHECKPOINT_SCHEMA, PLAN_RUN_SCHEMA)

@@ -37,7 +37,7 @@ def inspect_command(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also write Fig. 1 (gains, normalised gains, W) as PNG."),
 ) -> None:
     """Show any artifact's schema, provenance and summary (per reward, per scorer, per checkpoint)."""
-    from recast_cli.report.summary import load_artifact, render, summarise
+    from recast_cli.inspect import load_artifact, render, summarise
 
     if plot is not None:
         from recast_cli.artifacts import FIGURE_SCHEMA, claim_output

@@ -1,0 +1,267 @@
+"""``recast inspect``: a summary rendered with rich (a provenance panel and a per-reward table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from recast_cli.grid import GridSpec
+from recast_cli.inspect.summarise import sparkline
+
+
+def render(summary: dict[str, Any], path: str, console: Console) -> None:
+    """Print a summary as a provenance panel and a per-reward table."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    facts.add_row("schema", summary.get("schema") or "?")
+    if "created_at" in summary:
+        facts.add_row("created", f"{summary['created_at']} by recast {summary.get('recast_version', '?')}")
+    # provenance sources are {path, sha256}; a positives summary's "sources" names its image generators instead
+    sources = [s for s in summary.get("sources", []) if isinstance(s, dict)]
+    for source in sources if len(sources) <= 5 else sources[:3]:
+        facts.add_row("source", f"{source['path']}  sha256:{source['sha256'][:12]}")
+    if len(sources) > 5:
+        facts.add_row("source", f"… and {len(sources) - 3} more (--json lists them all)")
+    if "sigmas" in summary:
+        sig = summary["sigmas"]
+        family = (summary.get("run") or {}).get("grid") if isinstance(summary.get("run"), dict) else None
+        shown = f" ({GridSpec.from_json(family).describe()})" if isinstance(family, dict) else ""
+        facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}{shown}")
+    table = RENDERERS[summary["kind"]](summary, facts)
+    console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
+    if table is not None:
+        console.print(table)
+
+
+def _render_positives(summary: dict[str, Any], facts: Table) -> Table | None:
+    """A positives folder: images per prompt, sources, reward sets (facts only)."""
+    facts.add_row("images", f"{summary['images']} for {summary['prompts']} prompts "
+                            f"({summary['per_prompt'][0]}–{summary['per_prompt'][1]} per prompt)")
+    facts.add_row("sources", ", ".join(summary["sources"]))
+    facts.add_row("reward sets", ", ".join(summary["reward_sets"]) or "one set for every reward")
+    return None
+
+
+def _render_scores(summary: dict[str, Any], facts: Table) -> Table | None:
+    """A scores table: the run, and the mean raw score per reward."""
+    run = summary["run"]
+    facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("run_id", "N", "K", "P", "sampling", "crn",
+                                                               "rollout_noise", "shard") if k in run))
+    table = Table(title="mean raw score per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("reward", "samples (t = 0)", "rollouts from noise (t = T)", "all rollouts"):
+        table.add_column(col, justify="left" if col == "reward" else "right", no_wrap=True)
+    for r in summary["rewards"]:
+        table.add_row(r["reward"], f"{r['mean_t0']:.4g}", f"{r['mean_tT']:.4g}", f"{r['mean_rollouts']:.4g}")
+    return table
+
+
+def _render_gains(summary: dict[str, Any], facts: Table) -> Table | None:
+    """A gain table: the run, and D_0, the peak step and the gain profile per reward."""
+    run = summary["run"]
+    facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("alpha", "beta", "N", "K", "P", "sampling",
+                                                               "crn", "monotone") if k in run))
+    table = Table(title="per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("reward", style="bold", no_wrap=True)
+    table.add_column("D_0", justify="right")
+    table.add_column("peak t", justify="right")
+    table.add_column("gain: clean → noisy", no_wrap=True)
+    for r in summary["rewards"]:
+        d0 = f"{r['D0']:.4g}"
+        if "D0_interval" in r:
+            d0 += f" [{r['D0_interval'][0]:.3g}, {r['D0_interval'][1]:.3g}]"
+        table.add_row(r["reward"], d0, str(r["peak_t"]), sparkline(np.array(r["gain"])))
+    return table
+
+
+def _render_weights(summary: dict[str, Any], facts: Table) -> Table | None:
+    """A weight matrix: the solve, the trained steps, the marginals, and W per reward."""
+    solver = summary["solver"]
+    facts.add_row("mode", f"{summary['mode']}, τ = {summary['tau']:g}")
+    if solver:
+        facts.add_row("solver", f"{solver.get('iterations', 0)} iterations, "
+                                f"max marginal error {solver.get('marginal_error', float('nan')):.2e}")
+    steps = summary.get("trained_steps") or list(range(1, summary["T"] + 1))
+    Tp = len(steps)
+    skipped = summary["T"] - Tp
+    note = "" if summary.get("trained_steps_recorded", True) else " (not recorded: a file from before trained_steps)"
+    facts.add_row("trained", (f"t = {steps[0]}…{steps[-1]}: {Tp} of T = {summary['T']} steps, the {skipped} "
+                              f"cleanest get W = 0 (--skip-clean {skipped})" if skipped else
+                              f"every step, T' = T = {summary['T']}") + note)
+    col = np.array(summary["column_sums"])[np.array(steps) - 1]
+    facts.add_row("columns", f"T'·Σ_i W_it over the trained steps from {col.min() * Tp:.6f} to {col.max() * Tp:.6f}")
+    row_err = max(abs(r["row_sum"] - r["lambda_hat"]) for r in summary["rewards"])
+    facts.add_row("rows", f"max |Σ_t W_it − λ̂_i| = {row_err:.1e}")
+    table = Table(title="per reward (spill: share of W where the gain is < 1% of its peak)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("reward", style="bold", no_wrap=True)
+    for name in ("λ", "D_0", "peak t", "spill"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("W: clean → noisy", no_wrap=True)
+    table.add_column("max T'·W", justify="right")
+    for r in summary["rewards"]:
+        spill = "—" if r["spill_share"] is None else f"{100 * r['spill_share']:.1f}%"
+        table.add_row(r["reward"], f"{r['lambda']:g}", f"{r['D0']:.4g}",
+                      str(r["peak_t"]), spill, sparkline(np.array(r["W"])),
+                      f"{max(r['W']) * len(summary.get('trained_steps') or r['W']):.3f}")
+    return table
+
+
+def _num(value: Any, spec: str = ".4g") -> str:
+    """A number for a table cell; "—" for a missing one (NaN in the data)."""
+    return "—" if value is None else format(value, spec)
+
+
+def _stats_table(title: str, rows: list[dict[str, Any]], first: str, extra: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column(first, style="bold", no_wrap=True)
+    if extra:
+        table.add_column(extra, no_wrap=True)
+    for name in ("mean", "std", "n"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in rows:
+        cells = [r[first]] + ([r[extra]] if extra else [])
+        table.add_row(*cells, _num(r["mean"]), _num(r["std"]), str(r["n"]))
+    return table
+
+
+def _render_eval(summary: dict[str, Any], facts: Table) -> Table:
+    what = summary["evaluated"]
+    setting = what.get("setting") or {}
+    if isinstance(setting, dict):
+        facts.add_row("setting", f"{setting.get('name', '?')} ({setting.get('path', '?')})")
+    if what.get("mode") == "base":
+        facts.add_row("evaluated", "the base model")
+    else:
+        facts.add_row("evaluated", f"{what.get('mode')} run {what.get('run')}, train seed {what.get('train_seed')}")
+    checkpoint = what.get("checkpoint")
+    if isinstance(checkpoint, dict):
+        facts.add_row("checkpoint", f"step {checkpoint.get('step')}: {checkpoint.get('path')}")
+    sampling = summary.get("sampling")
+    if isinstance(sampling, dict):
+        facts.add_row("sampling", ", ".join(f"{k}={sampling[k]}" for k in ("steps", "guidance_scale", "resolution",
+                                                                          "n", "seed") if k in sampling))
+    facts.add_row("images", f"{summary['images']} for {summary['prompts']} prompts "
+                            f"({summary['per_prompt'][0]}–{summary['per_prompt'][1]} per prompt), "
+                            f"{summary['seeds']} seeds")
+    if summary["rewards"]:
+        facts.add_row("λ", ", ".join(f"{r}={lam:g}" for r, lam in zip(summary["rewards"], summary["lambda"])))
+    table = _stats_table("per scorer (over images)", summary["scorers"], "scorer", "kind")
+    if "aggregate" in summary:
+        a = summary["aggregate"]
+        table.add_row("Σλ·r", "aggregate", _num(a["mean"]), _num(a["std"]), str(a["n"]))
+    return table
+
+
+def _render_curve(summary: dict[str, Any], facts: Table) -> Table:
+    what = summary["evaluated"]
+    setting = what.get("setting") or {}
+    if isinstance(setting, dict):
+        facts.add_row("setting", f"{setting.get('name', '?')} ({setting.get('path', '?')})")
+    facts.add_row("evaluated", "the base policy" if what.get("mode") == "base" else
+                  f"{what.get('mode')} run {what.get('run')}, train seed {what.get('train_seed')}")
+    facts.add_row("samples", f"n = {summary['n']} per point, seeds seed + k")
+    facts.add_row("λ", ", ".join(f"{r}={lam:g}" for r, lam in zip(summary["rewards"], summary["lambda"])))
+    table = Table(title="mean per (step, sampler)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("step", "sampler", *summary["rewards"], "Σλ·r"):
+        table.add_column(name, justify="right")
+    for p in summary["points"]:
+        table.add_row(str(p["step"]), p["sampler"], *(_num(p[r]) for r in summary["rewards"]), _num(p["aggregate"]))
+    return table
+
+
+def _metrics_facts(m: dict[str, Any], facts: Table) -> Table | None:
+    steps = m["steps"]
+    if not steps["count"]:
+        facts.add_row("steps", "none yet")
+        return None
+    facts.add_row("steps", f"{steps['first']} (1 step)" if steps["count"] == 1 else
+                  f"{steps['first']}..{steps['last']} ({steps['count']} steps)")
+    facts.add_row("aggregate", f"Σλ·r {_num(m['aggregate']['first'])} → {_num(m['aggregate']['last'])}")
+    last = m["last_step"]
+    facts.add_row("last step", f"loss {_num(last['loss'])}, kl {_num(last['kl'])}, "
+                               f"clip_frac {_num(last['clip_frac'])}; mean kl over steps {_num(m['kl_mean'])}")
+    table = Table(title="reward_mean per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("reward", style="bold", no_wrap=True)
+    for name in ("first", "last", "min", "max"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("over steps (min → max)", no_wrap=True)
+    for r in m["rewards"]:
+        table.add_row(r["reward"], _num(r["first"]), _num(r["last"]), _num(r["min"]), _num(r["max"]), r["sparkline"])
+    return table
+
+
+def _render_image_scores(summary: dict[str, Any], facts: Table) -> Table:
+    facts.add_row("images", f"{summary['images']} images, {summary['prompts']} distinct prompts")
+    if summary["extras"]:
+        facts.add_row("extras", ", ".join(summary["extras"]))
+    return _stats_table("per scorer (over images)", summary["scorers"], "scorer")
+
+
+def _render_judgements(summary: dict[str, Any], facts: Table) -> Table:
+    facts.add_row("pairs", f"{summary['pairs']} pairs, {summary['verdicts']} verdicts")
+    if summary["labels"]:
+        facts.add_row("labels", f"a = {summary['labels'][0]}, b = {summary['labels'][1]}")
+    table = Table(title="stored summary per criterion (agree: both orders agree; 1st: non-tie verdicts for the "
+                        "image shown first)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("criterion", style="bold", no_wrap=True)
+    for name in ("a wins", "b wins", "ties", "win rate a", "agree", "1st"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for c in summary["criteria"]:
+        table.add_row(c["criterion"], *(str(c.get(k, "—")) for k in ("a_wins", "b_wins", "ties")),
+                      *(_num(c.get(k), ".3f") for k in ("win_rate_a", "order_agreement", "first_position_share")))
+    return table
+
+
+def _checkpoint_rows(c: dict[str, Any], facts: Table, label: str) -> None:
+    verdict = "manifest verifies" if c["verified"] else f"DOES NOT VERIFY: {c['problem']}"
+    facts.add_row(label, f"step {c['step']}: {verdict}")
+    state = {k: v for k, v in c["state"].items() if v is not None}
+    if state:
+        facts.add_row("state", ", ".join(f"{k}={v}" for k, v in state.items()))
+
+
+def _render_checkpoint(summary: dict[str, Any], facts: Table) -> None:
+    _checkpoint_rows(summary, facts, "checkpoint")
+    facts.add_row("files", f"{len(summary['files'])} in the manifest")
+    if summary["run"]:
+        facts.add_row("run", summary["run"])
+
+
+def _render_run(summary: dict[str, Any], facts: Table) -> Table | None:
+    facts.add_row("setting", str(summary["setting"]))
+    copy = f" (copied to {summary['weights_file']})" if summary["weights_file"] else ""
+    facts.add_row("W", f"{summary['mode']}: {summary['weights']}{copy}")
+    rewards, lam = summary["rewards"] or [], summary["lambda"] or []
+    facts.add_row("λ", ", ".join(f"{r}={x:g}" for r, x in zip(rewards, lam)))
+    facts.add_row("seed", str(summary["seed"]))
+    steps = summary["checkpoints"]
+    shown = ", ".join(map(str, steps[-8:]))
+    facts.add_row("checkpoints", f"steps {'…, ' if len(steps) > 8 else ''}{shown}" if steps else "none")
+    if summary["latest"] is not None:
+        _checkpoint_rows(summary["latest"], facts, "latest")
+    if summary["metrics"] is None:
+        facts.add_row("metrics", "no metrics.parquet")
+        return None
+    return _metrics_facts(summary["metrics"], facts)
+
+
+#: One renderer per summary kind: adds its facts, returns its table (None: facts only).
+RENDERERS = {
+    "positives": _render_positives,
+    "scores": _render_scores,
+    "gains": _render_gains,
+    "weights": _render_weights,
+    "eval": _render_eval,
+    "curve": _render_curve,
+    "metrics": _metrics_facts,
+    "image-scores": _render_image_scores,
+    "judgements": _render_judgements,
+    "run": _render_run,
+    "checkpoint": _render_checkpoint,
+}

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU
+from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_KERNEL, DEFAULT_TAU
 
 out = Console()
 err = Console(stderr=True)
@@ -21,7 +21,10 @@ def solve_w_command(
     out_path: Path = typer.Option(..., "--out", help="Output weight matrix (.safetensors)."),
     mode: str = typer.Option("recast", help="recast (Sinkhorn, E12) | nosink (rows only) | static (λ̂/T) | "
                                             "reversed (recast's columns in reverse step order: a timing control)."),
-    tau: float = typer.Option(DEFAULT_TAU, help="Temperature τ of the affinity kernel K = exp(ΔD̄/τ) (E11)."),
+    tau: float = typer.Option(DEFAULT_TAU, help="Temperature τ of the affinity kernel (E11: K = exp(ΔD̄/τ); "
+                                                "E11p: K = ΔD̄^(1/τ))."),
+    kernel: str = typer.Option(DEFAULT_KERNEL, "--kernel", help="Affinity kernel: exp (E11, the paper's) | power "
+                                                                "(E11p: blind to each gain row's scale)."),
     steps: Optional[int] = typer.Option(None, help="Solve on a grid of this many steps (E9 resampling)."),
     grid: Optional[str] = typer.Option(None, help="Grid family for --steps: linear | flowmatch | dynamic "
                                                   "(default: the one the gain table records)."),
@@ -38,7 +41,7 @@ def solve_w_command(
 
     with err.status("solving W (Sinkhorn)", spinner="dots"):  # on stderr; a long solve (small τ) shows it works
         report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, mu=mu,
-                         floor=floor, skip_clean=skip_clean)
+                         floor=floor, skip_clean=skip_clean, kernel=kernel)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     w = report.weights
@@ -48,7 +51,8 @@ def solve_w_command(
     if info["resampled"]:
         out.print(f"gains resampled from T = {info['source_T']} to T = {w.T} through D(σ) (E9)")
     trained = f", trained steps {w.skip_clean + 1}…{w.T}" if w.skip_clean else ""
-    table = Table(title=f"W ({mode}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
+    kind = "" if kernel == DEFAULT_KERNEL else f", {kernel} kernel"
+    table = Table(title=f"W ({mode}{kind}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
     for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
         table.add_column(name, justify="left" if name == "reward" else "right")
     lam_total = sum(w.lam)

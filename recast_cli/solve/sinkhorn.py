@@ -1,7 +1,7 @@
 """From per-step gains to the reward x step weight matrix W (METHOD.md §5, E9-E12).
 
 Read top to bottom it is the method: resample the gains to the training grid (E9),
-mean-normalise them (E10), take the affinity kernel (E11), and balance it with Sinkhorn
+mean-normalise them (E10), take the affinity kernel (E11, or the power kernel E11p), and balance it with Sinkhorn
 so that rows sum to λ̂ and columns to 1/T (E12). ``static`` and ``nosink`` are the two
 closed-form baselines of the paper's ablation; ``reversed`` (ReCAST's W with its columns in
 reverse step order) is a control of the timing alone.
@@ -14,6 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_TAU = 1.0
+#: The affinity kernels: ``exp`` (E11, the paper's, the default) and ``power`` (E11p, ours).
+KERNELS = ("exp", "power")
+DEFAULT_KERNEL = "exp"
+#: E11p's floor: ΔD̄ below this fraction of its row's peak counts as that much (K > 0, log K finite).
+POWER_FLOOR = 1e-6
 DEFAULT_FLOOR = 1e-3
 DEFAULT_TOL = 1e-10
 SPILL_LEVEL = 0.01
@@ -65,9 +70,21 @@ def mean_normalised_gain(gain: np.ndarray, indiscriminable: np.ndarray) -> np.nd
     return out
 
 
-def log_affinity(normalised_gain: np.ndarray, tau: float = DEFAULT_TAU) -> np.ndarray:
-    """E11 in the log domain: log K_{i,t} = ΔD̄_{i,t} / τ."""
-    return np.asarray(normalised_gain, dtype=np.float64) / tau
+def log_affinity(normalised_gain: np.ndarray, tau: float = DEFAULT_TAU, kernel: str = DEFAULT_KERNEL) -> np.ndarray:
+    """The affinity kernel in the log domain, per reward i and step t.
+
+    ``exp`` (E11): log K_{i,t} = ΔD̄_{i,t} / τ. ``power`` (E11p): log K_{i,t} = log(ΔD̄_{i,t}) / τ,
+    with ΔD̄ floored at :data:`POWER_FLOOR` x its row's peak so that K > 0. Sinkhorn sees K only
+    through cross-ratios, so under E11p a row multiplied by a constant gives the same W: E11p reads
+    ratios of gains, E11 their differences (METHOD.md §5).
+    """
+    nbar = np.asarray(normalised_gain, dtype=np.float64)
+    if kernel == "exp":
+        return nbar / tau
+    if kernel == "power":
+        peak = nbar.max(axis=1, keepdims=True)
+        return np.log(np.maximum(nbar, POWER_FLOOR * peak)) / tau
+    raise ValueError(f"unknown kernel {kernel!r}; one of {', '.join(KERNELS)}")
 
 
 @dataclass(frozen=True)
@@ -169,8 +186,10 @@ class Solution:
 
 def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: float = DEFAULT_TAU,
                   floor: float = DEFAULT_FLOOR, noise: np.ndarray | None = None,
-                  tol: float = DEFAULT_TOL, skip_clean: int = 0) -> Solution:
+                  tol: float = DEFAULT_TOL, skip_clean: int = 0, kernel: str = DEFAULT_KERNEL) -> Solution:
     """E10-E12 (or a closed-form baseline) for per-step gains ``gain`` [m, T] and budgets ``lam`` [m].
+
+    ``kernel``: ``exp`` (E11) or ``power`` (E11p), for the modes that use a kernel.
 
     ``skip_clean`` = K: the trainer does not train the K cleanest steps t = 1 … K, so they get
     W = 0 and the method runs on the T' = T − K trained columns alone: E10 normalises each row
@@ -193,10 +212,10 @@ def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: 
         sub = static_weights(lam, steps - skip_clean)
         error = marginal_error(sub, row, col)
     elif mode == "nosink":
-        sub = nosink_weights(log_affinity(normalised[:, skip_clean:], tau), lam)
+        sub = nosink_weights(log_affinity(normalised[:, skip_clean:], tau, kernel), lam)
         error = float(np.abs(sub.sum(axis=1) - row).max())
     elif mode in ("recast", "reversed"):
-        result = sinkhorn_log(log_affinity(normalised[:, skip_clean:], tau), row, col, tol=tol)
+        result = sinkhorn_log(log_affinity(normalised[:, skip_clean:], tau, kernel), row, col, tol=tol)
         sub, iterations, error = result.W, result.iterations, result.error
         if mode == "reversed":
             sub = reversed_weights(sub)

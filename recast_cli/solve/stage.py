@@ -15,9 +15,10 @@ import numpy as np
 
 from recast_cli.artifacts import MODES, WEIGHTS_SCHEMA, Source, WeightMatrix, claim_output, read_gains, write_weights
 from recast_cli import bounds
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 from recast_cli.grid import GRID_KINDS, GridSpec
-from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_TAU, SinkhornError, resample_gains, solve_weights, spill_share
+from recast_cli.solve.sinkhorn import (DEFAULT_FLOOR, DEFAULT_KERNEL, DEFAULT_TAU, KERNELS, SinkhornError, resample_gains,
+                                      solve_weights, spill_share)
 
 #: The largest ratio between two budgets: beyond it λ̂ of the smallest is lost to rounding.
 MAX_LAMBDA_RATIO = 1e12
@@ -73,7 +74,7 @@ class SolveReport:
 def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike[str], *, mode: str = "recast",
             tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None,
             shift: float | None = None, floor: float = DEFAULT_FLOOR, skip_clean: int = 0,
-            mu: float | None = None) -> SolveReport:
+            mu: float | None = None, kernel: str = DEFAULT_KERNEL) -> SolveReport:
     """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input).
 
     ``skip_clean`` = K leaves the K cleanest steps untrained: they get W = 0 and the solve runs
@@ -81,6 +82,8 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
     """
     if mode not in MODES:
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if kernel not in KERNELS:
+        raise BadInput(f"--kernel must be one of {', '.join(KERNELS)}, got {shown(kernel)}")
     if not (math.isfinite(tau) and tau > 0):
         raise BadInput(f"--tau must be a positive number, got {tau!r}")
     bounds.check_all(("steps", "--steps", steps), ("skip_clean", "--skip-clean", skip_clean))
@@ -115,9 +118,11 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
     try:  # every failure here comes from the inputs (gains, λ, τ): one line and exit 2, never a numpy warning
         with np.errstate(over="raise", invalid="raise", divide="raise"):
-            solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean)
+            solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean,
+                                     kernel=kernel)
     except (SinkhornError, FloatingPointError):
-        raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel exp(ΔD̄/τ) is degenerate and "
+        form = "exp(ΔD̄/τ)" if kernel == "exp" else "ΔD̄^(1/τ)"
+        raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel {form} is degenerate and "
                        f"Sinkhorn cannot balance it; use a larger --tau (default {DEFAULT_TAU:g})") from None
     totals = gain[:, skip_clean:].sum(axis=1)
     warnings = [
@@ -135,6 +140,7 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         "spill_share": {r: (None if math.isnan(s) else float(s)) for r, s in zip(table.rewards, spill)},
         "source_T": table.T,
         "resampled": gain is not table.gain,
+        "kernel": kernel,
     }
     weights = WeightMatrix(
         W=solution.W,
@@ -148,7 +154,7 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         trained_steps=tuple(range(skip_clean + 1, T + 1)),
     )
     config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
-              "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean}
+              "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
     provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
     return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
 

@@ -25,6 +25,14 @@ def _progress() -> Progress:
                     console=err, transient=True)
 
 
+def _deprecated_weights(given, command: str):
+    """The value of the old ``--weights`` of ``score`` / ``serve-reward`` (it means W in ``train`` and
+    ``report``), with one warning line on stderr when it is used."""
+    if given:
+        err.print(f"warning: --weights is deprecated for {command}; use --reward-weights", highlight=False)
+    return given
+
+
 def score_command(
     rewards: str = typer.Option(..., "--rewards", help="Scorers, comma-separated (clip,hps,pick,ocr,...); "
                                                        "NAME@URL scores through a `recast serve-reward NAME` server."),
@@ -33,7 +41,8 @@ def score_command(
     prompt: Optional[str] = typer.Option(None, "--prompt", help="One prompt for every image."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Text file: one prompt per line, in image order."),
     out_path: Path = typer.Option(..., "--out", help="Output Parquet (recast.image-scores/1)."),
-    weights: list[str] = typer.Option([], "--weights", help="NAME=PATH: a scorer's weights (repeatable)."),
+    weights: list[str] = typer.Option([], "--reward-weights", help="NAME=PATH: a scorer's weights (repeatable)."),
+    old_weights: list[str] = typer.Option([], "--weights", hidden=True, help="Deprecated: --reward-weights."),
     opt: list[str] = typer.Option([], "--opt", help="NAME.OPTION=VALUE: any other scorer option (repeatable)."),
     device: str = typer.Option("cpu", help="Torch device for model scorers (cpu, cuda, cuda:1)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per scoring batch."),
@@ -44,6 +53,7 @@ def score_command(
     from recast_cli.rewards import scoring
 
     bounds.check("batch", batch_size, "--batch-size")
+    weights = [*weights, *_deprecated_weights(old_weights, "score")]
     names = [n.strip() for n in rewards.split(",") if n.strip()]
     if not names:
         raise BadInput("--rewards names no scorer")
@@ -92,7 +102,9 @@ def serve_reward_command(
     port: int = typer.Option(8765, min=0, max=65535, help="TCP port (0: any free port, printed)."),
     host: str = typer.Option("127.0.0.1", help="Address to bind; anything but loopback needs a token."),
     token: Optional[str] = typer.Option(None, help="Bearer token clients must send (default: $RECAST_REWARD_TOKEN)."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="The scorer's weights (its `weights` option)."),
+    weights: Optional[str] = typer.Option(None, "--reward-weights", help="The scorer's weights (its `weights` "
+                                                                         "option)."),
+    old_weights: Optional[str] = typer.Option(None, "--weights", hidden=True, help="Deprecated: --reward-weights."),
     opt: list[str] = typer.Option([], "--opt", help="OPTION=VALUE: any other scorer option (repeatable)."),
     device: str = typer.Option("cpu", help="Torch device for model scorers."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per scoring batch inside the server."),
@@ -104,8 +116,12 @@ def serve_reward_command(
                                                                       "(one thread each); more: HTTP 503."),
 ) -> None:
     """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
+    from recast_cli.errors import BadInput
     from recast_cli.rewards import remote, scoring
 
+    if weights is not None and old_weights is not None:
+        raise BadInput("give --reward-weights (not the deprecated --weights) once")
+    weights = weights if weights is not None else _deprecated_weights(old_weights, "serve-reward")
     bounds.check_all(("batch", "--batch-size", batch_size), ("batch", "--max-batch", max_batch),
                      ("max_pixels", "--max-pixels", max_pixels),
                      ("connections", "--max-connections", max_connections))

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from recast_cli.artifacts.image_scores import ImageScores
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.base import Scorer
 from recast_cli.rewards.registry import build_scorer, scorer_class
 
@@ -110,7 +110,7 @@ def parse_value(text: str) -> Any:
 
 def scorer_options(rewards: Sequence[str], weights: Sequence[str], opts: Sequence[str], device: str | None,
                    batch_size: int | None) -> dict[str, dict[str, Any]]:
-    """Keyword options per scorer from ``NAME=PATH`` (--weights) and ``NAME.KEY=VALUE`` (--opt) items."""
+    """Keyword options per scorer from ``NAME=PATH`` (--reward-weights) and ``NAME.KEY=VALUE`` (--opt) items."""
     options: dict[str, dict[str, Any]] = {name: {} for name in rewards}
     by_base = {name.split("@", 1)[0]: name for name in rewards}
 
@@ -122,7 +122,7 @@ def scorer_options(rewards: Sequence[str], weights: Sequence[str], opts: Sequenc
     for item in weights:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise BadInput(f"--weights takes NAME=PATH, got {item!r}")
+            raise BadInput(f"--reward-weights takes NAME=PATH, got {shown(item)}")
         target(name, item)["weights"] = path
     for item in opts:
         key, sep, value = item.partition("=")

@@ -17,7 +17,7 @@ from recast_cli.errors import BadInput
 class WeightSpec:
     """One weight a scorer needs.
 
-    ``option`` is the scorer keyword (``weights`` is set by ``recast score --weights NAME=PATH``,
+    ``option`` is the scorer keyword (``weights`` is set by ``recast score --reward-weights NAME=PATH``,
     any other by ``--opt NAME.option=PATH``); ``hf_repo`` and ``hf_file`` locate it in the local
     Hugging Face cache (a whole snapshot folder when ``hf_file`` is None).
     """
@@ -31,7 +31,7 @@ class WeightSpec:
 
     def flag(self) -> str:
         if self.option == "weights":
-            return f"--weights {self.scorer}=PATH"
+            return f"--reward-weights {self.scorer}=PATH"
         return f"--opt {self.scorer}.{self.option}=PATH"
 
     def cache_name(self) -> str:

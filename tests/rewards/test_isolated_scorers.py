@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("name", "needles"), [
-    ("imagereward", ["--weights imagereward=PATH", "RECAST_IMAGEREWARD_PATH", "THUDM/ImageReward/ImageReward.pt"]),
-    ("hpsv3", ["--weights hpsv3=PATH", "RECAST_HPSV3_PATH", "MizzenAI/HPSv3/HPSv3.safetensors"]),
+    ("imagereward", ["--reward-weights imagereward=PATH", "RECAST_IMAGEREWARD_PATH", "THUDM/ImageReward/ImageReward.pt"]),
+    ("hpsv3", ["--reward-weights hpsv3=PATH", "RECAST_HPSV3_PATH", "MizzenAI/HPSv3/HPSv3.safetensors"]),
 ])
 def test_missing_weights_name_what_to_provide(empty_hf_cache, name, needles):
     with pytest.raises(BadInput) as caught:

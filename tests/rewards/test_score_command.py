@@ -31,7 +31,7 @@ def image_dir(tmp_path):
 def test_score_writes_one_row_per_image_and_scorer(image_dir, tiny_clip_dir, tmp_path):
     out = tmp_path / "S.parquet"
     result = recast("score", "--rewards", "ocr,clip", "--images", image_dir, "--prompt", 'a sign "Hello World"',
-                    "--weights", f"clip={tiny_clip_dir}", "--batch-size", "2", "--out", out)
+                    "--reward-weights", f"clip={tiny_clip_dir}", "--batch-size", "2", "--out", out)
     assert result.exit_code == 0, result.stderr
     assert "wrote" in result.stdout and "ocr" in result.stdout
     table = read_image_scores(out)
@@ -75,9 +75,26 @@ def test_score_scores_through_a_reward_server(image_dir, tmp_path):
     assert b"t0k" not in out.read_bytes()
 
 
+def test_the_deprecated_weights_flag_still_scores_and_warns_once(image_dir, tiny_clip_dir, tmp_path):
+    """--weights means W in train and report; score took it for a scorer's weights: it still works, with a warning."""
+    new, old = tmp_path / "new.parquet", tmp_path / "old.parquet"
+    common = ["--rewards", "clip", "--images", image_dir, "--prompt", "a sign", "--batch-size", "2"]
+    assert recast("score", *common, "--reward-weights", f"clip={tiny_clip_dir}", "--out", new).exit_code == 0
+    result = recast("score", *common, "--weights", f"clip={tiny_clip_dir}", "--out", old)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.strip().splitlines() == ["warning: --weights is deprecated for score; use --reward-weights"]
+    assert [r["score"] for r in read_image_scores(old).to_pylist()] == \
+        [r["score"] for r in read_image_scores(new).to_pylist()]
+
+
+def test_serve_reward_refuses_both_weights_flags(tmp_path):
+    result = recast("serve-reward", "toy_color", "--reward-weights", "a", "--weights", "b")
+    assert_one_line_exit_2(result, "give --reward-weights (not the deprecated --weights) once")
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--rewards", "ocr,nope"], "unknown scorer 'nope'"),
-    (["--rewards", "clip", "--weights", "clip=/no/such/model"], "does not exist"),
+    (["--rewards", "clip", "--reward-weights", "clip=/no/such/model"], "does not exist"),
     (["--rewards", "ocr", "--prompt", "no quotes here"], "no quoted text"),
     (["--rewards", "ocr", "--prompt", '"x"', "--prompts", "p.txt"], "exactly one of --prompt"),
     (["--rewards", "ocr", "--opt", "clip.device=cpu"], "not in --rewards"),

@@ -31,9 +31,9 @@ def test_an_unknown_option_is_bad_input():
 
 
 @pytest.mark.parametrize(("name", "needles"), [
-    ("clip", ["--weights clip=PATH", "RECAST_CLIP_PATH", "openai/clip-vit-large-patch14"]),
-    ("pick", ["--weights pick=PATH", "RECAST_PICK_PATH", "yuvalkirstain/PickScore_v1"]),
-    ("hps", ["--weights hps=PATH", "RECAST_HPS_PATH", "xswu/HPSv2/HPS_v2.1_compressed.pt"]),
+    ("clip", ["--reward-weights clip=PATH", "RECAST_CLIP_PATH", "openai/clip-vit-large-patch14"]),
+    ("pick", ["--reward-weights pick=PATH", "RECAST_PICK_PATH", "yuvalkirstain/PickScore_v1"]),
+    ("hps", ["--reward-weights hps=PATH", "RECAST_HPS_PATH", "xswu/HPSv2/HPS_v2.1_compressed.pt"]),
     ("aesthetic", ["--opt aesthetic.clip=PATH", "RECAST_CLIP_PATH"]),
 ])
 def test_missing_weights_name_the_flag_the_variable_and_the_cache_entry(empty_hf_cache, name, needles):

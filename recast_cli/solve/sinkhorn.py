@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recast_cli.artifacts import lambda_hat  # the row sums of W, defined with its schema
+
 DEFAULT_TAU = 1.0
 DEFAULT_FLOOR = 1e-3
 DEFAULT_TOL = 1e-10
@@ -126,13 +128,6 @@ def sinkhorn_log(log_kernel: np.ndarray, row: np.ndarray, col: np.ndarray, tol: 
                 break
         f += np.log(u)
         g += np.log(v)
-
-
-def lambda_hat(lam: np.ndarray) -> np.ndarray:
-    """λ̂ = λ / Σλ, computed as (λ / max λ) / Σ(λ / max λ) so that huge budgets do not overflow."""
-    lam = np.asarray(lam, dtype=np.float64)
-    scaled = lam / lam.max()
-    return scaled / scaled.sum()
 
 
 def static_weights(lam: np.ndarray, steps: int) -> np.ndarray:

@@ -200,7 +200,8 @@ def evaluate_phase(bench: Bench) -> dict[str, Any]:
     """One ``[evaluate]`` chunk: ``batch_size`` ODE samples, 8-bit images, scored (halved on out-of-memory)."""
     from recast_cli.artifacts import EvalImage
     from recast_cli.evaluate.config import config_from_setting
-    from recast_cli.evaluate.stage import EvalPlan, EvalWorld, Target, sample_chunk, score_chunk
+    from recast_cli.evaluate.stage import EvalPlan, EvalWorld, sample_chunk, score_chunk
+    from recast_cli.evaluate.target import Target
     from recast_cli.seeds import image_seed
 
     ecfg, tcfg = config_from_setting(bench.setting)

@@ -74,10 +74,10 @@ def build_trainer(prompts: int, group_size: int, micro_batch: int | None, out: P
     from recast_cli.train.config import apply_overrides, config_from_setting
 
     s = load_setting(SETTING)
-    cfg = config_from_setting(s.raw, s.file)
+    cfg = config_from_setting(s)
     sets = ([f"micro_batch={micro_batch}"] if micro_batch else []) + (["compile=true"] if compile else [])
     cfg = apply_overrides(cfg, sets, {"prompts_per_step": prompts, "group_size": group_size})
-    plan = plan_run(SETTING, cfg, "static", out, False, None, "cpu")
+    plan = plan_run(s, cfg, "static", out, False, None, "cpu")
     return Trainer(plan, quiet=True, tensorboard=False)
 
 
@@ -132,7 +132,7 @@ class Baseline:
             group = [tr.plan.prompts[int(order[g])]] * G
             index = np.arange(g * G, (g + 1) * G, dtype=np.int64)
             cond = self.encode(group)
-            traj = self.policy.sample(cond, tr.noise_level, torch.from_numpy(train_seeds(cfg.seed, step, index)))
+            traj = self.policy.sample(cond, tr.plan.noise_level, torch.from_numpy(train_seeds(cfg.seed, step, index)))
             prompts += group
             conds.append(cond)
             states.append(traj.states)
@@ -147,18 +147,18 @@ class Baseline:
         """One forward/backward per trained step over the full batch, then one AdamW step."""
         tr, cfg, policy = self.tr, self.tr.cfg, self.policy
         B = len(batch.prompts)
-        n = B * len(tr.steps)
-        for t in tr.steps:
+        n = B * len(tr.trained_steps)
+        for t in tr.trained_steps:
             j = tr.T - t
             x, prev = batch.states[:, j], batch.states[:, j + 1]
             steps = torch.full((B,), t, dtype=torch.long)
-            out = policy.step(x, steps, batch.cond, tr.noise_level, prev_sample=prev)
+            out = policy.step(x, steps, batch.cond, tr.plan.noise_level, prev_sample=prev)
             pg, _ = ppo_terms(out.log_prob, batch.log_probs[:, j], adv_t[:, t - 1].to(out.log_prob.dtype),
                               cfg.clip_range)
             loss = pg
             if cfg.beta_kl > 0:
                 with torch.no_grad(), tr.params.reference_policy(policy):
-                    ref = policy.step(x, steps, batch.cond, tr.noise_level, prev_sample=prev)
+                    ref = policy.step(x, steps, batch.cond, tr.plan.noise_level, prev_sample=prev)
                 dt = torch.full((B,), float(policy.sigmas[t - 1] - policy.sigmas[t]))
                 loss = pg + cfg.beta_kl * gaussian_kl(out.mean, ref.mean, out.std, dt, cfg.kl_form)
             (loss.sum() / n).backward()
@@ -239,9 +239,9 @@ def main(argv: list[str] | None = None) -> dict:
         base = Baseline(tr)
         tr.policy.encode_prompts(tr.plan.prompts)  # warm cache: the steady state after a run's first steps
         images = cfg.prompts_per_step * cfg.group_size
-        pairs = images * len(tr.steps)
+        pairs = images * len(tr.trained_steps)
         console.print(f"toy model, T = {tr.T}, {cfg.prompts_per_step} prompts × G = {cfg.group_size} = {images} images, "
-                      f"{len(tr.steps)} trained steps = {pairs} pairs; recast micro_batch {cfg.micro_batch}, "
+                      f"{len(tr.trained_steps)} trained steps = {pairs} pairs; recast micro_batch {cfg.micro_batch}, "
                       f"sample_batch {cfg.sample_batch}; torch threads {torch.get_num_threads()}")
         sides = ["base", "recast"] + (["compiled"] if compiled else [])
         samplers = {"base": run_eager(tr, base.sample), "recast": run_eager(tr, tr.sample), "compiled": tr.sample}
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
     label = {"recast": "recast", "compiled": "recast, compile = true"}
     calls = {"sample": f"{-(-images // cfg.sample_batch)} chunk(s) of ≤{cfg.sample_batch} / "
                        f"{cfg.prompts_per_step} groups of {cfg.group_size}",
-             "update": f"{micro} fwd/bwd of ≤{cfg.micro_batch} pairs / {len(tr.steps)} fwd/bwd of {images}",
+             "update": f"{micro} fwd/bwd of ≤{cfg.micro_batch} pairs / {len(tr.trained_steps)} fwd/bwd of {images}",
              "overall": ""}
     rows = []
     for side in sides[1:]:
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "paired_ratios": [float(x) for x in paired], "calls": calls[stage]})
 
     table = Table(title=f"recast train vs a Flow-GRPO-style loop on the toy model: {cfg.prompts_per_step} prompts × "
-                        f"G = {cfg.group_size}, {len(tr.steps)} trained steps, best of {args.repeats}")
+                        f"G = {cfg.group_size}, {len(tr.trained_steps)} trained steps, best of {args.repeats}")
     for col in ("recast", "stage", "recast s", "baseline s", "recast img/s", "baseline img/s", "ratio (best)",
                 "ratio (median of pairs)", "target", "calls (recast / baseline)"):
         table.add_column(col, justify="left" if col in ("recast", "stage") or col.startswith("calls") else "right")
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
     console.print(f"baseline sampling parts (best): text encoding {enc:.2f} s, reward scoring {sc:.2f} s")
 
     result = {"images": images, "prompts": cfg.prompts_per_step, "group_size": cfg.group_size,
-              "trained_steps": len(tr.steps), "micro_batch": cfg.micro_batch, "sample_batch": cfg.sample_batch,
+              "trained_steps": len(tr.trained_steps), "micro_batch": cfg.micro_batch, "sample_batch": cfg.sample_batch,
               "repeats": args.repeats, "threads": torch.get_num_threads(), "times_s": times,
               "compile_warmup_s": compile_s, "rows": rows, "baseline_encode_s": enc, "baseline_score_s": sc,
               "grad_check": checks}

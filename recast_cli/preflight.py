@@ -277,7 +277,7 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise BadInput("recast preflight runs in one process (engine single); run it without accelerate launch")
     setting = load_setting(setting_name)
-    cfg = config_from_setting(setting.raw, setting.file)
+    cfg = config_from_setting(setting)
     folder, _ = config_folder(setting, scale)
     running = [p for p in chosen if p != "build"]
     device = _device() if running else torch.device("meta")

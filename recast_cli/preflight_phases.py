@@ -160,7 +160,7 @@ def _drop_adapters(transformer) -> None:
 def train_phase(bench: Bench, cfg, compile_: bool) -> dict[str, Any]:
     """One ``Trainer.train_step`` for one group of G images (micro-batch halved on out-of-memory)."""
     from recast_cli.train.config import trained_steps
-    from recast_cli.train.plan import Plan, static_matrix
+    from recast_cli.train.plan import Plan, run_noise_level, static_run_weights
     from recast_cli.train.trainer import Trainer
 
     spec = bench.setting.policy
@@ -169,28 +169,25 @@ def train_phase(bench: Bench, cfg, compile_: bool) -> dict[str, Any]:
         policy = bench.policy(spec.steps)
         one = replace(cfg, prompts_per_step=1, max_steps=1, micro_batch=micro, compile=compile_,
                       sample_batch=min(cfg.sample_batch, micro))
-        sigmas_desc = policy.sigmas.flip(0).numpy()
-        weights = static_matrix(cfg.rewards, cfg.lam, sigmas_desc, trained_steps(policy.T, cfg.train_fraction))
+        weights = static_run_weights(cfg, policy.sigmas.flip(0).numpy())
         with tempfile.TemporaryDirectory(prefix="recast-preflight-") as tmp:
             plan = Plan(bench.setting, one, weights, "static", list(bench.prompts), Path(tmp) / "run", None, None,
-                        str(bench.device))
-            trainer = None
+                        str(bench.device), trained_steps(policy.T, cfg.train_fraction), run_noise_level(one, spec))
             try:
-                trainer = Trainer(plan, quiet=True, tensorboard=False, policy=policy,
-                                  scorers=bench.stand_ins(len(cfg.rewards)))
+                with Trainer(plan, quiet=True, tensorboard=False, policy=policy,
+                             scorers=bench.stand_ins(len(cfg.rewards))) as trainer:
 
-                def work() -> dict[str, Any]:
-                    s = trainer.train_step()["scalars"]
-                    return {"images": cfg.group_size, "pairs": cfg.group_size * len(trainer.steps),
-                            "sample_seconds": round(s["sample_s"], 3), "update_seconds": round(s["update_s"], 3),
-                            "loss": s["loss"], "kl": s["kl"], "finite": bool(np.isfinite([s["loss"], s["kl"]]).all())}
+                    def work() -> dict[str, Any]:
+                        s = trainer.train_step()["scalars"]
+                        return {"images": cfg.group_size, "pairs": cfg.group_size * len(trainer.trained_steps),
+                                "sample_seconds": round(s["sample_s"], 3), "update_seconds": round(s["update_s"], 3),
+                                "loss": s["loss"], "kl": s["kl"],
+                                "finite": bool(np.isfinite([s["loss"], s["kl"]]).all())}
 
-                out = measured(bench.device, work)
-                return {**out, "trainable": trainer.params.count(), "engine": trainer.engine,
-                        "sample_batch": one.sample_batch}
+                    out = measured(bench.device, work)
+                    return {**out, "trainable": trainer.params.count(), "engine": trainer.engine,
+                            "sample_batch": one.sample_batch}
             finally:
-                if trainer is not None:
-                    trainer.close()
                 _drop_adapters(policy.network)
 
     record = fit(run, cfg.micro_batch, bench.device)
@@ -203,7 +200,8 @@ def evaluate_phase(bench: Bench) -> dict[str, Any]:
     """One ``[evaluate]`` chunk: ``batch_size`` ODE samples, 8-bit images, scored (halved on out-of-memory)."""
     from recast_cli.artifacts import EvalImage
     from recast_cli.evaluate.config import config_from_setting
-    from recast_cli.evaluate.stage import EvalPlan, EvalWorld, Target, sample_chunk, score_chunk
+    from recast_cli.evaluate.stage import EvalPlan, EvalWorld, sample_chunk, score_chunk
+    from recast_cli.evaluate.target import Target
     from recast_cli.seeds import image_seed
 
     ecfg, tcfg = config_from_setting(bench.setting)

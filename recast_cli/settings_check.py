@@ -245,7 +245,7 @@ def _check_policy(setting: Setting) -> str:
 
 
 def _train_config(setting: Setting):
-    cfg = train_config(setting.raw, setting.file)
+    cfg = train_config(setting)
     check_config(cfg)
     lam = ", ".join(f"{r}={x:g}" for r, x in zip(cfg.rewards, cfg.lam))
     return cfg, f"λ {lam}; G {cfg.group_size} x {cfg.prompts_per_step} prompts; {cfg.max_steps} steps"

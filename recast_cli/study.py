@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.settings import Setting, load_setting, parse_table
-from recast_cli.train.config import config_from_setting, trained_steps
+from recast_cli.train.config import config_from_setting, skip_clean_of
 
 #: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
 STUDY_MODES = ("static", "recast", "nosink", "reversed")
@@ -228,7 +228,7 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
         return analytic_study_makefile(setting, study, root, recast)
     steps = setting.policy.steps
     # W lives on the steps the trainer trains (E13): the cleanest ones it skips get no weight
-    skip = steps - len(trained_steps(steps, config_from_setting(setting.raw, setting.file).train_fraction))
+    skip = skip_clean_of(steps, config_from_setting(setting).train_fraction)
     q = shlex.quote
     S = q(str(setting.file))
     R = str(root)
@@ -341,8 +341,8 @@ def analytic_study_makefile(setting, study, root: Path, recast: str = "recast", 
               →  report;  a ``control`` setting's study runs the same way under $(R)/control/
     """
     steps = setting.policy.steps
-    train = config_from_setting(setting.raw, setting.file)
-    skip = steps - len(trained_steps(steps, train.train_fraction))
+    train = config_from_setting(setting)
+    skip = skip_clean_of(steps, train.train_fraction)
     saved = train.max_steps // train.save_every
     if train.keep_checkpoints < saved:
         raise BadInput(f"{setting.file}: the study evaluates every checkpoint, but [train] keep_checkpoints = "

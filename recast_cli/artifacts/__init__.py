@@ -31,7 +31,8 @@ from recast_cli.artifacts.gains import (
     validate_gain_table, write_gains,
 )
 from recast_cli.artifacts.weights import (
-    MARGINAL_TOL, MODES, WEIGHTS_SCHEMA, WeightMatrix, check_marginals, read_weights, validate_weights, write_weights,
+    MARGINAL_TOL, MODES, WEIGHTS_SCHEMA, WeightMatrix, check_marginals, lambda_hat, read_weights, validate_weights,
+    write_weights,
 )
 from recast_cli.artifacts.scores import (
     SCORES_SCHEMA, SCORE_COLUMNS, SCORE_RUN_KEYS, ScoreTable, read_scores, write_scores,
@@ -68,9 +69,9 @@ __all__ = [
     "open_parquet", "read_parquet", "require_columns", "require_keys", "require_schema", "write_parquet",
     "GAINS_SCHEMA", "GAIN_COLUMNS", "GAIN_RUN_KEYS", "MONOTONE_METHODS", "SAMPLINGS", "GainTable", "read_gains",
     "validate_gain_table", "write_gains", "MARGINAL_TOL", "MODES", "WEIGHTS_SCHEMA", "WeightMatrix",
-    "check_marginals", "read_weights", "validate_weights", "write_weights", "SCORES_SCHEMA", "SCORE_COLUMNS",
-    "SCORE_RUN_KEYS", "ScoreTable", "read_scores", "write_scores", "JOURNAL_NAME", "MANIFEST_NAME", "POSITIVES_SCHEMA",
-    "POSITIVE_COLUMNS", "POSITIVE_REWARD_COLUMN", "POSITIVE_SCALE_COLUMN", "PositiveSample", "Positives",
+    "check_marginals", "lambda_hat", "read_weights", "validate_weights", "write_weights", "SCORES_SCHEMA",
+    "SCORE_COLUMNS", "SCORE_RUN_KEYS", "ScoreTable", "read_scores", "write_scores", "JOURNAL_NAME", "MANIFEST_NAME",
+    "POSITIVES_SCHEMA", "POSITIVE_COLUMNS", "POSITIVE_REWARD_COLUMN", "POSITIVE_SCALE_COLUMN", "PositiveSample", "Positives",
     "read_positives", "write_positives_manifest", "EVAL_COLUMNS", "EVAL_KINDS", "EVAL_MODES", "EVAL_RUN_KEYS",
     "EVAL_SCHEMA", "EvalImage", "EvalTable", "read_eval", "validate_eval", "write_eval", "CURVE_COLUMNS",
     "CURVE_RUN_KEYS", "CURVE_SAMPLERS", "CURVE_SCHEMA", "CurveTable", "read_curve", "validate_curve", "write_curve",

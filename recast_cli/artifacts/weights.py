@@ -73,6 +73,14 @@ class WeightMatrix:
         return int(self.W.shape[0])
 
 
+def lambda_hat(lam: Sequence[float] | np.ndarray) -> np.ndarray:
+    """λ̂ = λ / Σλ, the row sums of W (E12), computed as (λ / max λ) / Σ(λ / max λ) so that huge
+    budgets do not overflow. The one definition: the solver balances rows to it, readers check them."""
+    lam = np.asarray(lam, dtype=np.float64)
+    scaled = lam / lam.max()
+    return scaled / scaled.sum()
+
+
 def validate_weights(w: WeightMatrix, where: str = "weight matrix") -> None:
     if w.W.ndim != 2 or w.W.shape[0] < 1 or w.W.shape[1] < 1:
         raise BadInput(f"{where}: tensor 'W' must have shape [m, T], got {list(w.W.shape)}")
@@ -119,8 +127,7 @@ def check_marginals(w: WeightMatrix, where: str = "weight matrix") -> None:
     if untrained.size and np.any(w.W[:, untrained] != 0):
         raise BadInput(f"{where}: W puts weight on steps {[int(j) + 1 for j in untrained if w.W[:, j].any()]}, "
                        f"which its metadata says are not trained")
-    lam = np.asarray(w.lam, dtype=np.float64) / max(w.lam)  # scaled first: huge budgets do not overflow
-    lam_hat = lam / lam.sum()
+    lam_hat = lambda_hat(w.lam)
     rows = w.W.sum(axis=1)
     if np.max(np.abs(rows - lam_hat)) > MARGINAL_TOL:
         raise BadInput(f"{where}: the rows of W sum to {np.round(rows, 6).tolist()}, not to the recorded "

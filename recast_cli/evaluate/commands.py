@@ -37,25 +37,16 @@ def evaluate_command(
 ) -> None:
     """Evaluate the base model or a trained run: ODE samples of held-out prompts, rewards and judges per image
     (in the 1-D world flow1d: mean rewards per checkpoint and sampler, a recast.curve/1 table)."""
-    from recast_cli.errors import BadInput
-    from recast_cli.evaluate.stage import evaluate, images_dir, parse_judges, plan_evaluation, resolve_target
+    from recast_cli.evaluate.stage import EvalPlan, images_dir, run_evaluation
 
     bounds.check_all(("checkpoint", "--checkpoint", checkpoint), ("images_per_prompt", "--n", n),
                      ("seed", "--seed", seed), ("batch", "--batch-size", batch_size))
-    if resolve_target(run, setting, checkpoint).setting.policy.kind == "flow1d":
-        if checkpoint is not None and checkpoints is not None:
-            raise BadInput("give --checkpoint STEP or --checkpoints LIST, not both")
-        if judges or device not in (None, "cpu"):
-            raise BadInput("the 1-D world has no judges and runs on the CPU")
-        _curve(run, setting, out_path, checkpoints if checkpoint is None else str(checkpoint), sampler, n, seed,
-               batch_size, quiet)
+    plan, table = run_evaluation(run, setting, out_path, checkpoint=checkpoint, checkpoints=checkpoints,
+                                 sampler=sampler, judges=judges, n=n, seed=seed, batch_size=batch_size, device=device,
+                                 quiet=quiet)
+    if not isinstance(plan, EvalPlan):
+        _print_curve(plan, table, out_path)
         return
-    if checkpoints is not None or sampler is not None:
-        raise BadInput("--checkpoints and --sampler apply to the 1-D world (flow1d settings)")
-    plan = plan_evaluation(run, setting, out_path, checkpoint=checkpoint,
-                           judges=None if judges is None else parse_judges(judges), n=n, seed=seed,
-                           batch_size=batch_size, device=device)
-    table = evaluate(plan, quiet=quiet)
     what = "base model" if plan.target.run is None else f"{plan.target.mode} run, step {plan.target.step}"
     summary = Table(title=f"{plan.target.setting.name} ({what}): {len(table.images)} images "
                           f"({len(plan.prompts)} prompts x {plan.cfg.n})", title_justify="left")
@@ -70,11 +61,7 @@ def evaluate_command(
     out.print(f"wrote {out_path} and {images_dir(out_path)}/")
 
 
-def _curve(run, setting, out_path, checkpoints, sampler, n, seed, batch_size, quiet) -> None:
-    from recast_cli.evaluate.curve import evaluate_curve, plan_curve
-
-    plan = plan_curve(run, setting, out_path, checkpoints, sampler, n=n, seed=seed, batch_size=batch_size)
-    table = evaluate_curve(plan, quiet=quiet)
+def _print_curve(plan, table, out_path) -> None:
     what = "base policy" if plan.target.run is None else f"{plan.target.mode} run"
     summary = Table(title=f"{plan.target.setting.name} ({what}): mean over n = {table.n} samples per point",
                     title_justify="left")

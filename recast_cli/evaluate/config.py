@@ -35,7 +35,7 @@ def config_from_setting(setting: Setting) -> tuple[EvalConfig, TrainConfig]:
     """
     where = f"{setting.file} [evaluate]"
     # a setting without [train] still has [rewards.NAME] options (judges) to resolve the same way
-    train = train_config(setting.raw if "train" in setting.raw else {**setting.raw, "train": {}}, setting.file)
+    train = train_config(setting, required=False)
     table = setting.raw.get("evaluate", {})
     if not isinstance(table, dict):
         raise BadInput(f"{setting.file}: [evaluate] must be a table")

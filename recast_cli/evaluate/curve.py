@@ -4,7 +4,7 @@ Samples are scalars, so an evaluation keeps, per evaluated (checkpoint, sampler)
 and std of every training reward and of the aggregate Σ_i λ_i·r_i over n samples, not one row
 per sample. Top to bottom:
 
-1. Resolve the target: the base policy of a setting (step 0), or a run and the checkpoints
+1. From the target (``evaluate/target``): the base policy of a setting (step 0), or a run and the checkpoints
    asked for (``--checkpoints all``, a list of steps, or the latest); the ``[evaluate]`` n,
    seed and batch size; the samplers (``sde``: the training sampler with the setting's noise
    level a, ``ode``: a = 0).
@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from recast_cli.artifacts import CURVE_SAMPLERS, CURVE_SCHEMA, CurveTable, Source, claim_output, write_curve
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
-from recast_cli.evaluate.stage import Target, resolve_target
+from recast_cli.evaluate.target import Target
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,12 @@ def parse_samplers(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def plan_curve(run: Path | None, setting: str | None, out: Path, checkpoints: str | None, samplers: str | None,
-               n: int | None = None, seed: int | None = None, batch_size: int | None = None) -> CurvePlan:
-    """Resolve and check a flow1d evaluation; BadInput for anything the user can fix (nothing is written)."""
+def plan_curve(target: Target, out: Path, checkpoints: str | None, samplers: str | None, n: int | None = None,
+               seed: int | None = None, batch_size: int | None = None) -> CurvePlan:
+    """Check a flow1d evaluation of the resolved ``target``; BadInput for anything the user can fix (nothing
+    is written)."""
     from recast_cli.artifacts.run import list_checkpoints
 
-    target = resolve_target(run, setting, None)
     if target.setting.policy.kind != "flow1d":
         raise BadInput(f"setting {target.setting.name!r} is not a flow1d setting")
     cfg, train = config_from_setting(target.setting)

@@ -1,8 +1,9 @@
 """The ``recast evaluate`` stage, top to bottom (METHOD.md §7).
 
-1. Resolve what is evaluated: the base model of a setting, or a ``recast train`` run (its
-   latest checkpoint, or ``--checkpoint STEP``) with the run's setting; the ``[evaluate]``
-   table (held-out prompts, n, seed, steps, CFG, judges) and the command-line flags.
+1. Resolve what is evaluated, once (``evaluate/target``): the base model of a setting, or a
+   ``recast train`` run (its latest checkpoint, or ``--checkpoint STEP``) with the run's setting
+   (:func:`run_evaluation`, the command's one entry, hands the 1-D world to ``evaluate/curve``);
+   the ``[evaluate]`` table (held-out prompts, n, seed, steps, CFG, judges) and the flags.
 2. Build the policy (LoRA applied for a run) and every scorer: the training rewards and the
    held-out judges. Everything the user can get wrong fails here, before a byte is written.
 3. For every chunk of ``batch_size`` images not already done: deterministic ODE sampling
@@ -35,8 +36,6 @@ from recast_cli.artifacts import (
     EVAL_SCHEMA,
     EvalImage,
     EvalTable,
-    RunRecord,
-    RunRecordError,
     Source,
     atomic_write_bytes,
     bad_piece,
@@ -44,26 +43,14 @@ from recast_cli.artifacts import (
     finish_parts,
     open_parts,
     parts_dir,
-    read_run,
     write_eval,
 )
 from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
+from recast_cli.evaluate.target import Target, resolve_target
 from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.seeds import IMAGE_STRIDE, image_seed
-
-
-@dataclass(frozen=True)
-class Target:
-    """What is evaluated: a setting's base model, or a run's checkpoint under the run's setting."""
-
-    setting: Any  # recast_cli.settings.Setting
-    mode: str  # "base" or the run's W mode
-    run: Path | None = None
-    run_record: RunRecord | None = None  # the run's run.json
-    checkpoint: Path | None = None
-    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,55 +80,45 @@ def images_dir(out: Path) -> Path:
 # ------------------------------------------------------------------ 1. resolve
 
 
-def resolve_target(run: Path | None, setting: str | None, checkpoint: int | None) -> Target:
-    """The base model of ``--setting``, or ``--run``'s checkpoint (latest, or step ``checkpoint``)."""
-    from recast_cli.settings import load_setting
-    from recast_cli.train.checkpoint import list_checkpoints, read_checkpoint, step_dir
-
-    if (run is None) == (setting is None):
-        raise BadInput("give exactly one of --run RUN_DIR (a trained run) and --setting S (the base model)")
-    if run is None:
-        if checkpoint is not None:
-            raise BadInput("--checkpoint selects a checkpoint of --run; the base model has none")
-        return Target(setting=load_setting(setting), mode="base")
-    try:
-        record = read_run(run)
-    except RunRecordError as exc:
-        if exc.problem == "missing":
-            raise BadInput(f"--run {run}: not a recast train run folder (no run.json)") from None
-        if exc.problem in ("json", "object", "config", "setting", "mode"):
-            raise BadInput(f"{exc.path} is not a recast.run/1 record (no config.setting or mode)") from None
-        raise
-    if not Path(record.setting).is_file():
-        raise BadInput(f"--run {run}: the run's setting {record.setting} (from {run / 'run.json'}) is not there")
-    found = dict(list_checkpoints(run))
-    if not found:
-        raise BadInput(f"--run {run}: the run has no complete checkpoint yet")
-    if checkpoint is None:
-        checkpoint = max(found)
-    elif checkpoint not in found:
-        raise BadInput(f"--run {run}: no checkpoint of step {checkpoint} "
-                       f"(it has {', '.join(str(s) for s in sorted(found))})")
-    folder = step_dir(run, checkpoint)
-    read_checkpoint(folder)  # verifies every file against the manifest: a corrupt checkpoint is named here
-    return Target(setting=load_setting(record.setting), mode=record.mode, run=run, run_record=record,
-                  checkpoint=folder, step=checkpoint)
-
-
 def parse_judges(text: str) -> tuple[str, ...]:
     """``--judges a,b`` → ("a", "b"); an empty string means no judges."""
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
-def plan_evaluation(run: Path | None, setting: str | None, out: Path, checkpoint: int | None = None,
-                    judges: Sequence[str] | None = None, n: int | None = None, seed: int | None = None,
-                    batch_size: int | None = None, device: str | None = None) -> EvalPlan:
-    """Resolve and check an evaluation; BadInput for anything the user can fix (nothing is written)."""
+def run_evaluation(run: Path | None, setting: str | None, out: Path, *, checkpoint: int | None = None,
+                   checkpoints: str | None = None, sampler: str | None = None, judges: str | None = None,
+                   n: int | None = None, seed: int | None = None, batch_size: int | None = None,
+                   device: str | None = None, quiet: bool = False) -> tuple[Any, Any]:
+    """``recast evaluate``, the one entry its command calls: the target (``--run`` or ``--setting``)
+    resolved once, then the images of an image policy (:func:`plan_evaluation`, :func:`evaluate`), or
+    the 1-D world's reward curves (``evaluate/curve``). Returns the plan and the table written:
+    an (``EvalPlan``, ``EvalTable``), or a (``CurvePlan``, ``CurveTable``)."""
+    target = resolve_target(run, setting, checkpoint)
+    if target.setting.policy.kind == "flow1d":
+        from recast_cli.evaluate.curve import evaluate_curve, plan_curve
+
+        if checkpoint is not None and checkpoints is not None:
+            raise BadInput("give --checkpoint STEP or --checkpoints LIST, not both")
+        if judges or device not in (None, "cpu"):
+            raise BadInput("the 1-D world has no judges and runs on the CPU")
+        curve = plan_curve(target, out, checkpoints if checkpoint is None else str(checkpoint), sampler, n=n,
+                           seed=seed, batch_size=batch_size)
+        return curve, evaluate_curve(curve, quiet=quiet)
+    if checkpoints is not None or sampler is not None:
+        raise BadInput("--checkpoints and --sampler apply to the 1-D world (flow1d settings)")
+    plan = plan_evaluation(target, out, judges=None if judges is None else parse_judges(judges), n=n, seed=seed,
+                           batch_size=batch_size, device=device)
+    return plan, evaluate(plan, quiet=quiet)
+
+
+def plan_evaluation(target: Target, out: Path, judges: Sequence[str] | None = None, n: int | None = None,
+                    seed: int | None = None, batch_size: int | None = None, device: str | None = None) -> EvalPlan:
+    """Check an evaluation of the resolved ``target``; BadInput for anything the user can fix (nothing is
+    written)."""
     from recast_cli.prompts import load_prompts
     from recast_cli.rewards.registry import is_known, scorer_names
     from recast_cli.settings import check_prompts
 
-    target = resolve_target(run, setting, checkpoint)
     spec = target.setting.policy
     if spec.kind not in IMAGE_KINDS:
         raise BadInput(f"setting {target.setting.name!r}: recast evaluate needs an image policy "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -157,6 +158,22 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
               "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
     provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
     return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
+
+
+def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray, skip_clean: int,
+                  info: dict[str, Any]) -> WeightMatrix:
+    """The static W of a run as a matrix artifact, from no gain table (``recast train --weights static``).
+
+    ``solve_weights``' static mode, the one that ``solve-w --mode static`` runs: W_{i,t} = λ̂_i / T' on
+    the T' = T − ``skip_clean`` trained steps, 0 on the cleanest ``skip_clean``; ``sigmas_desc`` runs
+    σ_T … σ_0 (the sampler's grid) and ``gain`` is zero (nothing was measured).
+    """
+    T = len(sigmas_desc) - 1
+    gain = np.zeros((len(lam), T))
+    W = solve_weights(gain, np.asarray(lam, dtype=np.float64), mode="static", skip_clean=skip_clean).W
+    return WeightMatrix(W=W, gain=gain, rewards=rewards, lam=tuple(float(x) for x in lam), mode="static",
+                        tau=DEFAULT_TAU, sigmas=np.asarray(sigmas_desc, dtype=np.float64), info=info,
+                        trained_steps=tuple(range(skip_clean + 1, T + 1)))
 
 
 def _target_grid(recorded: object, kind: str | None, shift: float | None, where: object,

@@ -14,13 +14,12 @@ import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.options import reward_options
-from recast_cli.settings import parse_table
+from recast_cli.settings import Setting, parse_table
 
 KL_FORMS = ("exact", "flowgrpo")
 ADV_STD = ("group", "global")
@@ -168,9 +167,12 @@ def _finite(value: Any) -> float:
     return number
 
 
-def config_from_setting(raw: dict[str, Any], setting_file: Path) -> TrainConfig:
-    """The ``[train]`` table (and ``[rewards.NAME]`` option tables) of a setting; values checked in table order."""
-    table = raw.get("train")
+def config_from_setting(setting: Setting, *, required: bool = True) -> TrainConfig:
+    """The ``[train]`` table (and ``[rewards.NAME]`` option tables) of a loaded setting; values checked in
+    table order. Not ``required``: a setting without the table gets the defaults (``[evaluate]`` of a base
+    model still resolves its judges' ``[rewards.NAME]`` options)."""
+    raw, setting_file = setting.raw, setting.file
+    table = raw.get("train", None if required else {})
     if not isinstance(table, dict):
         raise BadInput(f"{setting_file}: no [train] table (the trainer's defaults: rewards, lambda, prompts, ...)")
 
@@ -261,3 +263,9 @@ def trained_steps(T: int, fraction: float | None) -> list[int]:
     """The steps t the loss covers, noisiest first: all but t = 1 by default, or int(T·f) of them."""
     count = max(T - 1, 1) if fraction is None else max(1, int(T * fraction))
     return list(range(T, T - count, -1))
+
+
+def skip_clean_of(T: int, fraction: float | None) -> int:
+    """How many of the cleanest steps t = 1 … K the trainer leaves untrained: ``solve-w --skip-clean K``
+    gives a W on exactly :func:`trained_steps`."""
+    return T - len(trained_steps(T, fraction))

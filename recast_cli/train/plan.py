@@ -1,8 +1,9 @@
 """Planning a ``recast train`` run: every check before the first byte is written (METHOD.md §6).
 
-:func:`plan_run` resolves the setting, the ``[train]`` table, the prompts, the sampler's σ grid
-and W (the static matrix, or a ``solve-w`` file checked against the run), and decides whether
-``--out`` starts, restarts or resumes a run. Nothing here loads a model.
+:func:`plan_run` checks the loaded setting and its ``[train]`` table, the prompts, the sampler's σ
+grid, the steps the trainer trains and its noise level, and W (the static matrix, or a ``solve-w``
+file checked against the run), and decides whether ``--out`` starts, restarts or resumes a run.
+Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -10,44 +11,51 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from recast_cli.artifacts import RUN_SCHEMA, RunRecord, claim_folder, RunRecordError, WeightMatrix, read_run, read_weights
+from recast_cli.artifacts import (
+    RUN_SCHEMA, RunRecord, RunRecordError, WeightMatrix, claim_folder, lambda_hat, read_run, read_weights,
+)
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.prompts import load_prompts
-from recast_cli.solve.sinkhorn import lambda_hat, static_weights
+from recast_cli.settings import Setting
+from recast_cli.solve.stage import static_matrix
 from recast_cli.train import checkpoint as ckpt
-from recast_cli.train.config import TrainConfig, check_config, trained_steps
+from recast_cli.train.config import TrainConfig, check_config, skip_clean_of, trained_steps
 
 #: Policy kinds ``recast train`` can update.
 TRAINABLE = (*IMAGE_KINDS, "flow1d")
 
 
-def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray,
-                   steps: list[int] | None = None) -> WeightMatrix:
-    """The static W of a setting as a matrix artifact: :func:`~recast_cli.solve.sinkhorn.static_weights`
-    (``W_{i,t} = λ̂_i / T'``) on the T' trained ``steps``, 0 elsewhere."""
+def static_run_weights(cfg: TrainConfig, sigmas_desc: np.ndarray) -> WeightMatrix:
+    """``--weights static``: the static W of the run's rewards and λ on the sampler's grid, W = λ̂_i / T'
+    on the trained steps (solve's one static builder, :func:`~recast_cli.solve.stage.static_matrix`)."""
     T = len(sigmas_desc) - 1
-    trained = sorted(steps) if steps is not None else list(range(1, T + 1))
-    W = np.zeros((len(lam), T))
-    W[:, np.array(trained) - 1] = static_weights(np.asarray(lam, dtype=np.float64), len(trained))
-    return WeightMatrix(W=W, gain=np.zeros_like(W), rewards=rewards, lam=tuple(float(x) for x in lam),
-                        mode="static", tau=1.0, sigmas=np.asarray(sigmas_desc, dtype=np.float64),
-                        info={"built_by": "recast train --weights static"}, trained_steps=tuple(trained))
+    return static_matrix(cfg.rewards, cfg.lam, sigmas_desc, skip_clean_of(T, cfg.train_fraction),
+                         info={"built_by": "recast train --weights static"})
 
 
-def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, grid: GridSpec | None, where: str) -> None:
+def run_noise_level(cfg: TrainConfig, spec) -> float:
+    """The SDE noise level a the run samples and trains with: ``[train] noise_level``, else the policy's."""
+    level = float(cfg.noise_level if cfg.noise_level is not None else spec.noise_level)
+    if level <= 0:
+        raise BadInput("the trainer needs the SDE sampler: noise_level must be > 0")
+    return level
+
+
+def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, grid: GridSpec | None, where: str,
+                  steps: list[int]) -> None:
     """BadInput unless W is for the setting's rewards (same order), λ, the sampler's grid and
-    the steps the trainer trains (E13 spends W only there)."""
+    the ``steps`` the trainer trains (E13 spends W only there): W's own trained steps (its
+    ``trained_steps`` metadata; a file from before it: every step) must be exactly these."""
     if tuple(w.rewards) != tuple(cfg.rewards):
         raise BadInput(f"{where} is for rewards ({', '.join(w.rewards)}), the setting trains "
                        f"({', '.join(cfg.rewards)}) in that order")
     T = len(sigmas_desc) - 1
-    skip = T - len(trained_steps(T, cfg.train_fraction))
+    skip = skip_clean_of(T, cfg.train_fraction)
     hint = f"`recast solve-w --steps {T}{grid.flags() if grid else ''}" + (f" --skip-clean {skip}`" if skip else "`")
     if w.T != T:
         raise BadInput(f"{where} has T = {w.T} steps, the sampler uses T = {T}; resample it with {hint}")
@@ -57,8 +65,7 @@ def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, gr
     if np.max(np.abs(a - b)) > 1e-9:
         raise BadInput(f"{where} was solved for lambda {list(w.lam)}, the run uses {list(cfg.lam)} "
                        "(pass --lambda or solve W again)")
-    trained = set(trained_steps(T, cfg.train_fraction))
-    weighted = {t for t in range(1, T + 1) if np.any(w.W[:, t - 1] != 0)}
+    trained, weighted = set(steps), set(w.steps)
     if weighted - trained:
         raise BadInput(f"{where} puts weight on step(s) {sorted(weighted - trained)}, which the trainer does not "
                        f"train (it trains t = {min(trained)}…{max(trained)}); solve it with --skip-clean {skip}")
@@ -71,7 +78,7 @@ def check_weights(w: WeightMatrix, cfg: TrainConfig, sigmas_desc: np.ndarray, gr
 class Plan:
     """Everything resolved and checked before the first byte is written."""
 
-    setting: Any
+    setting: Setting
     cfg: TrainConfig
     weights: WeightMatrix
     weights_source: str  # a path, or "static"
@@ -80,14 +87,16 @@ class Plan:
     resume_from: Path | None
     init_from: Path | None
     device: str | None
+    trained_steps: list[int]  # the steps t the loss covers, noisiest first (``train.config.trained_steps``)
+    noise_level: float  # the SDE's a, sampling and training (``run_noise_level``)
 
 
-def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
+def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
              device: str | None, sigmas_desc: np.ndarray | None = None, grid: GridSpec | None = None) -> Plan:
-    """Resolve and check a run; raises BadInput for anything the user can fix (nothing is written)."""
-    from recast_cli.settings import check_prompts, load_setting
+    """Resolve and check a run of the loaded ``setting``; raises BadInput for anything the user can fix
+    (nothing is written)."""
+    from recast_cli.settings import check_prompts
 
-    setting = load_setting(setting_name)
     if setting.policy.kind not in TRAINABLE:
         raise BadInput(f"setting {setting.name!r}: recast train needs a trainable policy ({', '.join(TRAINABLE)}), "
                        f"not {setting.policy.kind!r}")
@@ -99,11 +108,12 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
     check_prompts(setting.policy, prompts)
     if sigmas_desc is None:
         sigmas_desc, grid = scheduler_grid(setting.policy)
+    steps = trained_steps(len(sigmas_desc) - 1, cfg.train_fraction)
     if weights == "static":
-        w = static_matrix(cfg.rewards, cfg.lam, sigmas_desc, trained_steps(len(sigmas_desc) - 1, cfg.train_fraction))
+        w = static_run_weights(cfg, sigmas_desc)
     else:
         w = read_weights(weights)
-        check_weights(w, cfg, sigmas_desc, grid, weights)
+        check_weights(w, cfg, sigmas_desc, grid, weights, steps)
     resume_from = None
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -143,7 +153,8 @@ def plan_run(setting_name: str, cfg: TrainConfig, weights: str, out: Path, resum
         else:
             init_from = resolve_adapter(p).parent
     claim_folder(out, RUN_SCHEMA)  # not inside another artifact folder
-    return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device)
+    return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device, steps,
+                run_noise_level(cfg, setting.policy))
 
 
 def scheduler_grid(spec) -> tuple[np.ndarray, GridSpec]:

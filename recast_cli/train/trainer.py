@@ -40,7 +40,6 @@ from recast_cli.errors import BadInput
 from recast_cli.prompts import prompt_stream
 from recast_cli.seeds import train_seeds, update_rng
 from recast_cli.train import checkpoint as ckpt
-from recast_cli.train.config import trained_steps
 from recast_cli.train.metrics import MetricsLog, step_metrics
 from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
 from recast_cli.train.params import Parameters
@@ -70,24 +69,130 @@ class RunLock(FolderLock):
         super().__init__(folder, "another recast train")
 
 
+
 class Trainer:
-    """Holds the policy, the trainable parameters, the optimizer and the run folder."""
+    """The engine (policy, rewards, trained parameters, optimizer over one, DDP or FSDP processes) and,
+    while open, the run it writes: ``with Trainer(plan) as trainer: trainer.train()``.
+
+    Built, it has written nothing; opening takes the run folder's lock (rank 0), starts, restarts or
+    resumes the run, and closing releases the lock: the trainer owns it, in exactly those two places.
+    ``iteration`` counts training iterations (a "step" of the metrics and checkpoints);
+    ``trained_steps`` are the diffusion steps t the loss covers (the plan's).
+    """
+
+    # ------------------------------------------------------------------ set-up: the engine, then the run
+
+    def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, tensorboard: bool = True,
+                 policy=None, scorers=None):
+        """Build the engine of ``plan`` (:meth:`build_engine`); nothing is written until :meth:`open`.
+
+        ``policy`` and ``scorers`` given are used as built (``recast preflight``: a random-weight
+        pipeline and stand-in rewards); by default the setting's are built."""
+        self.plan = plan
+        self.cfg = plan.cfg
+        self.quiet = quiet
+        self.tensorboard = tensorboard
+        self.trained_steps = plan.trained_steps
+        self.W = torch.as_tensor(plan.weights.W, dtype=torch.float64)
+        self.lam = np.asarray(plan.cfg.lam, dtype=np.float64)
+        self.iteration = 0
+        self.run = plan.run
+        self.metrics: MetricsLog | None = None
+        self.lock: RunLock | None = None
+        self.is_open = False
+        self.build_engine(accelerator, policy, scorers)
+
+    def build_engine(self, accelerator, policy, scorers) -> None:
+        """The processes, the policy and rewards, the trained parameters (a resumed or ``--init`` adapter
+        loaded before any wrap: FSDP shards the loaded tensors), the DDP wrap or FSDP2 shards, compile,
+        the optimizer and the EMA."""
+        from accelerate import Accelerator
+
+        from recast_cli.rewards import build_scorer
+        from recast_cli.settings import build_policy
+
+        plan, cfg = self.plan, self.cfg
+        fsdp_version = requested_fsdp()
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if fsdp_version is not None:  # before accelerate, which builds its FSDP1 plugin from the launch (GPU only)
+            check_fsdp(cfg, fsdp_version, launched)
+        self.acc = accelerator or Accelerator(cpu=plan.device == "cpu")
+        self.rank, self.world = self.acc.process_index, self.acc.num_processes
+        if launched > 1 and self.world == 1:  # each process would train alone and all would write one run folder
+            raise BadInput(f"launched as {launched} processes, but accelerate runs this one alone (no GPU visible); "
+                           "on CPUs pass --device cpu")
+        if cfg.prompts_per_step % self.world:
+            raise BadInput(f"prompts_per_step = {cfg.prompts_per_step} groups do not split over {self.world} processes")
+        self.policy = policy if policy is not None else build_policy(plan.setting.policy, device=str(self.acc.device))
+        self.T = self.policy.T
+        self.scorers = scorers if scorers is not None else \
+            [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
+        transformer = self.policy.network
+        if cfg.gradient_checkpointing:  # diffusers' own: each block's activations recomputed in the backward
+            if not getattr(transformer, "_supports_gradient_checkpointing", False):
+                raise BadInput(f"gradient_checkpointing: {type(transformer).__name__} does not support it")
+            transformer.enable_gradient_checkpointing()
+        self.params = Parameters(transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.seed,
+                                 keep_reference=cfg.beta_kl > 0)
+        adapter = plan.resume_from / "adapter" if plan.resume_from is not None else plan.init_from
+        if adapter is not None:
+            self.params.load(adapter)
+        self.fsdp = fsdp_version is not None
+        if self.fsdp:
+            shard(transformer, self.acc.device)
+            self.params.bind_sharded()
+        elif self.world > 1:
+            self.policy.denoiser = self.acc.prepare(transformer)
+        if cfg.compile:  # after the DDP wrap, as torch recommends; the parameters stay the same objects
+            self.policy.denoiser = torch.compile(self.policy.denoiser, backend=cfg.compile_backend)
+        self.optimizer = torch.optim.AdamW(self.params.tensors, lr=cfg.learning_rate,
+                                           betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                                           weight_decay=cfg.weight_decay)
+        self.ema = {n: p.detach().clone() for n, p in self.params.named} if cfg.ema_decay > 0 else None
+
+    def __enter__(self) -> Trainer:
+        self.open()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Open the run: the folder, locked (rank 0: started, or restarted if it never saved a checkpoint),
+        the metrics log (rank 0), and the checkpoint a resumed run continues from (every process)."""
+        try:
+            if self.rank == 0:
+                self._open_folder()
+                self.metrics = MetricsLog(self.run, self.config_record(), tensorboard=self.tensorboard)
+            if self.plan.resume_from is not None:
+                self._restore(self.plan.resume_from)
+        except BaseException:
+            self.close()
+            raise
+        self.is_open = True
+        self.acc.wait_for_everyone()
+
+    def close(self) -> None:
+        """Close the run: the metrics log, then the folder's lock; the trainer writes nothing after this."""
+        self.is_open = False
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    @property
+    def engine(self) -> str:
+        """How the processes share the model: ``single``, ``ddp`` or ``fsdp``."""
+        return "fsdp" if self.fsdp else ("ddp" if self.world > 1 else "single")
 
     # ------------------------------------------------------------------ the loop
 
     def train(self, max_steps: int | None = None) -> int:
-        """Iterate to ``max_steps`` (the config's by default), saving every ``save_every`` steps.
-
-        The run folder's lock is held while training and released when this returns.
-        """
-        if self.rank == 0 and self.lock is None:
-            self.lock = RunLock(self.run)
-        try:
-            return self._train(max_steps)
-        finally:
-            self.close()
-
-    def _train(self, max_steps: int | None) -> int:
+        """Iterate to ``max_steps`` (the config's by default), saving every ``save_every`` steps, in the
+        open run; returns the iterations done."""
+        if not self.is_open:
+            raise RuntimeError("the run is not open: with Trainer(plan) as trainer: trainer.train()")
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         goal = self.cfg.max_steps if max_steps is None else max_steps
@@ -97,39 +202,38 @@ class Trainer:
         from rich.console import Console
 
         with Progress(*columns, console=Console(stderr=True), disable=self.quiet or self.rank > 0) as progress:
-            task = progress.add_task("train", total=goal, completed=min(self.step, goal), agg=math.nan,
+            task = progress.add_task("train", total=goal, completed=min(self.iteration, goal), agg=math.nan,
                                      loss=0.0, kl=0.0, ips=0.0)
-            while self.step < goal:
+            while self.iteration < goal:
                 row = self.train_step()
                 s = row["scalars"]
                 if self.metrics is not None:
-                    self.metrics.add(self.step, row["per_reward"], s, row["step_adv_abs"])
+                    self.metrics.add(self.iteration, row["per_reward"], s, row["step_adv_abs"])
                     self.metrics.write()
-                if self.step % self.cfg.save_every == 0 or self.step == goal:
+                if self.iteration % self.cfg.save_every == 0 or self.iteration == goal:
                     self.save()
                     self.acc.wait_for_everyone()
                 elapsed = s["sample_s"] + s["update_s"]
-                progress.update(task, completed=self.step, agg=s["aggregate"], loss=s["loss"], kl=s["kl"],
+                progress.update(task, completed=self.iteration, agg=s["aggregate"], loss=s["loss"], kl=s["kl"],
                                 ips=s["images"] / max(elapsed, 1e-9))
-        if self.metrics is not None:
-            self.metrics.close()
-        return self.step
+        return self.iteration
 
     def train_step(self) -> dict[str, Any]:
-        """One iteration: sample, score, advantages, update; returns the metrics row material."""
-        step = self.step
-        lr = self.learning_rate(step)
+        """One iteration (training step ``iteration + 1``): sample, score, advantages, update; returns the
+        metrics row material."""
+        iteration = self.iteration
+        lr = self.learning_rate(iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         t0 = time.perf_counter()
-        batch = self.sample(step)
+        batch = self.sample(iteration)
         all_rewards = self.gather_rewards(batch)
         adv, adv_t = self.advantages(all_rewards)
         t1 = time.perf_counter()
-        stats = self.update(batch, adv_t, step)
+        stats = self.update(batch, adv_t, iteration)
         t2 = time.perf_counter()
-        self.step = step + 1
-        return step_metrics(self.cfg, self.W, self.lam, len(self.steps), all_rewards, adv, stats, lr,
+        self.iteration = iteration + 1
+        return step_metrics(self.cfg, self.W, self.lam, len(self.trained_steps), all_rewards, adv, stats, lr,
                             sample_s=t1 - t0, update_s=t2 - t1)
 
     # ------------------------------------------------------------------ one iteration: sample → rewards → E13 → update
@@ -151,7 +255,7 @@ class Trainer:
         with ThreadPoolExecutor(max_workers=1) as pool:
             for lo in range(0, len(prompts), cfg.sample_batch):
                 idx = torch.arange(lo, min(lo + cfg.sample_batch, len(prompts)))
-                traj = self.policy.sample(cond.take(idx), self.noise_level, seeds[idx])
+                traj = self.policy.sample(cond.take(idx), self.plan.noise_level, seeds[idx])
                 states.append(traj.states)
                 log_probs.append(traj.log_probs)
                 images = self.policy.decode(traj.states[:, -1])
@@ -183,7 +287,7 @@ class Trainer:
         adv = group_advantages(all_rewards, self.cfg.group_size, global_std=self.cfg.adv_std == "global")
         per = (self.cfg.prompts_per_step // self.world) * self.cfg.group_size
         local = adv[self.rank * per: (self.rank + 1) * per]
-        return adv, step_advantages(local, self.W, clip=self.cfg.adv_clip, trained=len(self.steps))
+        return adv, step_advantages(local, self.W, clip=self.cfg.adv_clip, trained=len(self.trained_steps))
 
     def pair_loss(self, batch: Batch, adv_t: torch.Tensor, pairs: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:
         """Summed loss of (image, step) pairs, all steps in one batched forward; with its parts."""
@@ -194,7 +298,7 @@ class Trainer:
         x = batch.states[b, j].to(dev)
         prev = batch.states[b, j + 1].to(dev)
         cond = batch.cond.take(b)
-        out = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
+        out = self.policy.step(x, t, cond, self.plan.noise_level, prev_sample=prev)
         old = batch.log_probs[b, j].to(dev)
         A = adv_t[b, t - 1].to(dev, out.log_prob.dtype)
         pg, clipped = ppo_terms(out.log_prob, old, A, self.cfg.clip_range)
@@ -202,7 +306,7 @@ class Trainer:
         kl = torch.zeros_like(pg)
         if self.cfg.beta_kl > 0:
             with torch.no_grad(), self.params.reference_policy(self.policy):
-                ref = self.policy.step(x, t, cond, self.noise_level, prev_sample=prev)
+                ref = self.policy.step(x, t, cond, self.plan.noise_level, prev_sample=prev)
             dt = (self.policy.sigmas[t - 1] - self.policy.sigmas[t]).to(dev)
             kl = gaussian_kl(out.mean, ref.mean, out.std, dt, self.cfg.kl_form)
             loss = pg + self.cfg.beta_kl * kl
@@ -213,7 +317,7 @@ class Trainer:
     def update(self, batch: Batch, adv_t: torch.Tensor, step: int) -> dict[str, float]:
         """``updates_per_step`` optimizer steps over this iteration's (image, trained step) pairs."""
         cfg = self.cfg
-        pairs = np.array([(b, t) for b in range(len(batch.prompts)) for t in self.steps], dtype=np.int64)
+        pairs = np.array([(b, t) for b in range(len(batch.prompts)) for t in self.trained_steps], dtype=np.int64)
         pairs = pairs[update_rng(cfg.seed, step).permutation(len(pairs))]
         totals = {"policy_loss": 0.0, "kl": 0.0, "clipped": 0.0, "loss": 0.0}
         grad_norm = 0.0
@@ -292,102 +396,26 @@ class Trainer:
         per = self.cfg.prompts_per_step // self.world
         return range(self.rank * per, (self.rank + 1) * per)
 
-    # ------------------------------------------------------------------ set-up
-
-    def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, tensorboard: bool = True,
-                 policy=None, scorers=None):
-        """``policy`` and ``scorers`` given are used as built (``recast preflight``: a random-weight
-        pipeline and stand-in rewards); by default the setting's are built."""
-        from accelerate import Accelerator
-
-        from recast_cli.rewards import build_scorer
-        from recast_cli.settings import build_policy
-
-        self.plan = plan
-        self.cfg = cfg = plan.cfg
-        self.quiet = quiet
-        fsdp_version = requested_fsdp()
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
-        if fsdp_version is not None:  # before accelerate, which builds its FSDP1 plugin from the launch (GPU only)
-            check_fsdp(cfg, fsdp_version, launched)
-        self.acc = accelerator or Accelerator(cpu=plan.device == "cpu")
-        self.rank, self.world = self.acc.process_index, self.acc.num_processes
-        if launched > 1 and self.world == 1:  # each process would train alone and all would write one run folder
-            raise BadInput(f"launched as {launched} processes, but accelerate runs this one alone (no GPU visible); "
-                           "on CPUs pass --device cpu")
-        if cfg.prompts_per_step % self.world:
-            raise BadInput(f"prompts_per_step = {cfg.prompts_per_step} groups do not split over {self.world} processes")
-        spec = plan.setting.policy
-        self.policy = policy if policy is not None else build_policy(spec, device=str(self.acc.device))
-        self.noise_level = float(cfg.noise_level if cfg.noise_level is not None else spec.noise_level)
-        if self.noise_level <= 0:
-            raise BadInput("the trainer needs the SDE sampler: noise_level must be > 0")
-        self.T = self.policy.T
-        self.steps = trained_steps(self.T, cfg.train_fraction)
-        self.W = torch.as_tensor(plan.weights.W, dtype=torch.float64)
-        self.lam = np.asarray(cfg.lam, dtype=np.float64)
-        self.scorers = scorers if scorers is not None else \
-            [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
-        transformer = self.policy.network
-        if cfg.gradient_checkpointing:  # diffusers' own: each block's activations recomputed in the backward
-            if not getattr(transformer, "_supports_gradient_checkpointing", False):
-                raise BadInput(f"gradient_checkpointing: {type(transformer).__name__} does not support it")
-            transformer.enable_gradient_checkpointing()
-        self.params = Parameters(transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.seed,
-                                 keep_reference=cfg.beta_kl > 0)
-        adapter = plan.resume_from / "adapter" if plan.resume_from is not None else plan.init_from
-        if adapter is not None:  # before any wrap: FSDP shards the loaded tensors
-            self.params.load(adapter)
-        self.fsdp = fsdp_version is not None
-        if self.fsdp:
-            shard(transformer, self.acc.device)
-            self.params.bind_sharded()
-        elif self.world > 1:
-            self.policy.denoiser = self.acc.prepare(transformer)
-        if cfg.compile:  # after the DDP wrap, as torch recommends; the parameters stay the same objects
-            self.policy.denoiser = torch.compile(self.policy.denoiser, backend=cfg.compile_backend)
-        self.optimizer = torch.optim.AdamW(self.params.tensors, lr=cfg.learning_rate,
-                                           betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                                           weight_decay=cfg.weight_decay)
-        self.ema = {n: p.detach().clone() for n, p in self.params.named} if cfg.ema_decay > 0 else None
-        self.step = 0
-        self.run = plan.run
-        self.metrics = None
-        self.lock = None
-        try:
-            if self.rank == 0:
-                if self.run.is_dir() and (self.run / "run.json").is_file():  # resume, or restart a run that never saved
-                    self.lock = RunLock(self.run)
-                if plan.resume_from is None:
-                    self._start_run()
-                self.metrics = MetricsLog(self.run, self.config_record(), tensorboard=tensorboard)
-            if plan.resume_from is not None:
-                self._restore(plan.resume_from)
-        except BaseException:
-            self.close()
-            raise
-        self.acc.wait_for_everyone()
-
-    def close(self) -> None:
-        """Release the run folder (its lock); the trainer writes nothing after this."""
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-
     # ------------------------------------------------------------------ run folder
-
-    @property
-    def engine(self) -> str:
-        """How the processes share the model: ``single``, ``ddp`` or ``fsdp``."""
-        return "fsdp" if self.fsdp else ("ddp" if self.world > 1 else "single")
 
     def config_record(self) -> dict[str, Any]:
         p = self.plan
         return {"setting": str(p.setting.file), "weights": p.weights_source, "mode": p.weights.mode,
                 "weights_key": weights_key(p.weights), "train": {k: v for k, v in asdict(self.cfg).items()},
-                "noise_level": self.noise_level, "T": self.T, "trained_steps": self.steps,
+                "noise_level": p.noise_level, "T": self.T, "trained_steps": self.trained_steps,
                 "init": str(p.init_from) if p.init_from else None, "processes": self.world,
                 "engine": self.engine}
+
+    def _open_folder(self) -> None:
+        """Rank 0: the run folder, locked. A new one is started whole, then locked; an existing one is
+        locked, then restarted in place unless a checkpoint of it is resumed."""
+        existing = (self.run / "run.json").is_file()
+        if not existing:
+            self._start_run()
+        self.lock = RunLock(self.run)  # the one place the lock is taken; close() releases it
+        if existing and self.plan.resume_from is None:  # a run of this configuration that never saved a checkpoint
+            ckpt.clean_partial(self.run)  # a save killed mid-way left its temporary folder
+            self._write_start(self.run)
 
     def _start_run(self) -> None:
         """Write weights.safetensors, config.toml and run.json. A new run folder appears whole: the
@@ -397,10 +425,6 @@ class Trainer:
         import shutil
 
         run = self.run
-        if self.lock is not None:  # restarting a run of this configuration that never saved a checkpoint
-            ckpt.clean_partial(run)  # a save killed mid-way left its temporary folder
-            self._write_start(run)
-            return
         run.parent.mkdir(parents=True, exist_ok=True)
         staging = run.parent / f".{run.name}.starting-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
@@ -411,7 +435,6 @@ class Trainer:
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
             raise BadInput(f"{run} was started by another process meanwhile; choose another --out") from None
-        self.lock = RunLock(run)
 
     def _write_start(self, run: Path) -> None:
         from recast_cli.artifacts import write_weights
@@ -425,16 +448,16 @@ class Trainer:
         write_run(run, record, config={**self.config_record(), "run_key": self.cfg.run_key()}, sources=sources)
 
     def _restore(self, folder: Path) -> None:
-        """Continue from a checkpoint whose adapter ``__init__`` loaded: optimizer, EMA, RNG, step."""
+        """Continue from a checkpoint whose adapter :meth:`build_engine` loaded: optimizer, EMA, RNG, iteration."""
         tensors, state = ckpt.read_checkpoint(folder)
         ckpt.load_optimizer(self.optimizer, tensors, state["optimizer"], self.params.names, str(folder))
         if self.ema is not None:
             live = dict(self.params.named)
             self.ema = {name: shard_like(tensors[f"ema/{name}"], live[name]).clone() for name in self.ema}
         ckpt.restore_rng(tensors)
-        self.step = int(state["step"])
+        self.iteration = int(state["step"])
         if self.metrics is not None:
-            self.metrics.resume(self.step)
+            self.metrics.resume(self.iteration)
             ckpt.clean_partial(self.run)
 
     def save(self) -> Path | None:
@@ -448,11 +471,11 @@ class Trainer:
         if self.rank != 0:
             return None
         tensors.update(ckpt.rng_tensors())
-        state = {"schema": ckpt.CHECKPOINT_SCHEMA, "step": self.step, "run_key": self.cfg.run_key(),
+        state = {"schema": ckpt.CHECKPOINT_SCHEMA, "step": self.iteration, "run_key": self.cfg.run_key(),
                  "weights_key": weights_key(self.plan.weights), "weights": self.plan.weights_source,
-                 "mode": self.plan.weights.mode, "data_position": self.step * self.cfg.prompts_per_step,
+                 "mode": self.plan.weights.mode, "data_position": self.iteration * self.cfg.prompts_per_step,
                  "lr_schedule": {"kind": self.cfg.lr_schedule, "warmup_steps": self.cfg.warmup_steps,
-                                 "base_lr": self.cfg.learning_rate, "step": self.step},
+                                 "base_lr": self.cfg.learning_rate, "step": self.iteration},
                  "optimizer": meta, "seed": self.cfg.seed, "processes": self.world, "engine": self.engine}
 
         def write_files(folder: Path) -> None:
@@ -460,4 +483,4 @@ class Trainer:
             if ema_state is not None:
                 self.params.save(folder / "adapter_ema", ema_state)
 
-        return ckpt.save_checkpoint(self.run, self.step, write_files, tensors, state, self.cfg.keep_checkpoints)
+        return ckpt.save_checkpoint(self.run, self.iteration, write_files, tensors, state, self.cfg.keep_checkpoints)

@@ -213,15 +213,27 @@ def test_checkpoint_selects_an_earlier_step(world, tmp_path):
 
 def test_without_an_evaluate_table_the_defaults_apply(tmp_path):
     setting = tiny_train_setting(tmp_path)
-    plan = stage.plan_evaluation(None, str(setting), tmp_path / "E.parquet")
+    plan = stage.plan_evaluation(stage.resolve_target(None, str(setting), None), tmp_path / "E.parquet")
     assert plan.cfg == stage.EvalConfig(prompts="toy", n=4, seed=10000, steps=None, guidance_scale=None, judges=())
     assert plan.rewards == REWARDS and plan.lam == (1.0, 2.0, 1.0) and len(plan.prompts) == 24
     assert plan.scorers == [(r, "reward") for r in REWARDS]
     assert not (tmp_path / "E.parquet").exists()
 
 
+def test_the_command_resolves_its_target_once(tmp_path, monkeypatch):
+    setting = tiny_train_setting(tmp_path)
+    calls = []
+    real = stage.resolve_target
+    monkeypatch.setattr(stage, "resolve_target", lambda *args: calls.append(args) or real(*args))
+    monkeypatch.setattr(stage, "evaluate", lambda plan, quiet=False: "table")
+    plan, table = stage.run_evaluation(None, str(setting), tmp_path / "E.parquet", judges="", n=1)
+    assert calls == [(None, str(setting), None)] and table == "table"
+    assert plan.target.mode == "base" and plan.cfg.n == 1 and plan.cfg.judges == ()
+
+
 def test_flags_override_the_evaluate_table(world, tmp_path):
-    plan = stage.plan_evaluation(world["run"], None, tmp_path / "E.parquet", judges=(), n=3, seed=7, batch_size=5)
+    target = stage.resolve_target(world["run"], None, None)
+    plan = stage.plan_evaluation(target, tmp_path / "E.parquet", judges=(), n=3, seed=7, batch_size=5)
     assert (plan.cfg.n, plan.cfg.seed, plan.cfg.batch_size, plan.cfg.judges) == (3, 7, 5, ())
     assert plan.cfg.steps == 3 and plan.target.mode == "static" and plan.target.step == 2
 

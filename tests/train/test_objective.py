@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from recast_cli.train.config import trained_steps
+from recast_cli.train.config import skip_clean_of, trained_steps
 from recast_cli.train.objective import ADV_EPS, gaussian_kl, group_advantages, ppo_terms, step_advantages
 
 
@@ -166,3 +166,5 @@ def test_trained_steps_default_to_all_but_the_cleanest_noisiest_first():
 ])
 def test_trained_steps_with_a_fraction(T, fraction, expected):
     assert trained_steps(T, fraction) == expected
+    # solve-w --skip-clean K with K = skip_clean_of puts W on exactly these steps: K + 1 … T
+    assert sorted(expected) == list(range(skip_clean_of(T, fraction) + 1, T + 1))

@@ -192,6 +192,29 @@ def test_train_fraction_one_needs_a_W_on_every_step(tmp_path, gains_25):
     assert json.loads((tmp_path / "ok" / "run.json").read_text())["config"]["trained_steps"] == [4, 3, 2, 1]
 
 
+def test_W_is_checked_by_its_trained_steps_metadata_and_an_old_file_as_trained_everywhere(tmp_path, gains_25):
+    """A W file from before ``trained_steps`` (no such metadata) trains every step: a run that trains
+    all four takes it, the default run (which leaves t = 1 untrained) refuses it as it always did."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    from tests.train.conftest import tiny_train_setting
+
+    every = solve(gains_25, tmp_path / "W0.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3")
+    with safe_open(str(every), framework="numpy") as fh:
+        meta = {k: v for k, v in fh.metadata().items() if k != "trained_steps"}
+    old = tmp_path / "old.safetensors"
+    save_file(load_file(str(every)), str(old), metadata=meta)
+    assert read_weights(old).trained_steps is None and read_weights(old).steps == (1, 2, 3, 4)
+    setting = tiny_train_setting(tmp_path / "all", "train_fraction = 1.0\n")
+    run_ok("train", "--setting", setting, "--weights", old, "--out", tmp_path / "ok", "--device", "cpu", "--quiet",
+           "--max-steps", "1")
+    assert json.loads((tmp_path / "ok" / "run.json").read_text())["config"]["trained_steps"] == [4, 3, 2, 1]
+    default = tiny_train_setting(tmp_path / "default")
+    assert_bad(train(default, old, tmp_path / "run"), "puts weight on step(s) [1], which the trainer does not train "
+                                                      "(it trains t = 2…4); solve it with --skip-clean 1")
+
+
 # ------------------------------------------------------------------ bad runs and options
 
 

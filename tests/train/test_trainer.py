@@ -1,4 +1,4 @@
-"""The trainer on the tiny toy setting (T = 4), driven through plan_run + Trainer.
+"""The trainer on the tiny toy setting (T = 4), driven through plan_run + Trainer (its run opened by ``with``).
 
 E13 inside the loss (static W = λ̂-weighted advantage at every step; a one-step W row
 moves that reward's gradient to that step only), exact resume, crash-safe checkpoints and
@@ -16,14 +16,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from recast_cli.errors import BadInput
 from recast_cli.settings import load_setting
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, config_from_setting
 from recast_cli.train.metrics import TIMING_COLUMNS, read_metrics
 from recast_cli.train.objective import group_advantages, step_advantages
 from recast_cli.train.params import LORA_FILE
-from recast_cli.train.plan import plan_run, static_matrix
-from recast_cli.train.trainer import Trainer
+from recast_cli.train.plan import plan_run, static_run_weights
+from recast_cli.train.trainer import RunLock, Trainer
 
 # Losses and gradients of two mathematically identical advantage tensors: the model runs in
 # float32, so agreement is demanded to float32 round-off (in practice they are bit-equal).
@@ -32,11 +33,12 @@ RTOL, ATOL = 1e-6, 1e-10
 
 def base_config(setting: Path) -> TrainConfig:
     s = load_setting(str(setting))
-    return config_from_setting(s.raw, s.file)
+    return config_from_setting(s)
 
 
 def make_trainer(setting: Path, cfg: TrainConfig, run: Path, resume: bool = False, init: str | None = None) -> Trainer:
-    plan = plan_run(str(setting), cfg, "static", run, resume, init, "cpu")
+    """A trainer of a static-W run, built; ``with make_trainer(...) as trainer`` opens the run."""
+    plan = plan_run(load_setting(str(setting)), cfg, "static", run, resume, init, "cpu")
     return Trainer(plan, quiet=True, tensorboard=False)
 
 
@@ -63,7 +65,8 @@ def cfg(train_setting) -> TrainConfig:
 
 @pytest.fixture(scope="module")
 def probe(train_setting, cfg, tmp_path_factory):
-    """A trainer whose LoRA is moved off its zero-B init (so every tensor has a gradient), and one sampled batch."""
+    """A trainer whose LoRA is moved off its zero-B init (so every tensor has a gradient), and one sampled batch
+    (no run opened: nothing of it is written)."""
     trainer = make_trainer(train_setting, cfg, tmp_path_factory.mktemp("probe") / "run")
     gen = torch.Generator().manual_seed(123)
     with torch.no_grad():
@@ -77,8 +80,8 @@ def probe(train_setting, cfg, tmp_path_factory):
 def straight(train_setting, cfg, tmp_path_factory) -> Path:
     """A 4-step run in one go (checkpoints at steps 2 and 4)."""
     run = tmp_path_factory.mktemp("straight") / "run"
-    trainer = make_trainer(train_setting, cfg, run)
-    assert trainer.train() == 4
+    with make_trainer(train_setting, cfg, run) as trainer:
+        assert trainer.train() == 4
     return run
 
 
@@ -91,10 +94,10 @@ def test_static_W_gives_the_lambda_hat_weighted_advantage_at_every_step(probe, c
     adv = group_advantages(batch.rewards, cfg.group_size, global_std=cfg.adv_std == "global")
     assert adv.abs().max() > 0.1  # the toy rewards differ within the groups
     lam_hat = torch.tensor(cfg.lam, dtype=torch.float64) / sum(cfg.lam)
-    W = torch.as_tensor(static_matrix(cfg.rewards, cfg.lam, np.linspace(1, 0, T + 1), trainer.steps).W)
-    by_e13 = step_advantages(adv, W, clip=cfg.adv_clip, trained=len(trainer.steps))
+    W = torch.as_tensor(static_run_weights(cfg, np.linspace(1, 0, T + 1)).W)
+    by_e13 = step_advantages(adv, W, clip=cfg.adv_clip, trained=len(trainer.trained_steps))
     # Σ_i λ̂_i·A_i on every trained step (E13 with T'), 0 on the untrained cleanest step
-    trained = [t - 1 for t in trainer.steps]
+    trained = [t - 1 for t in trainer.trained_steps]
     assert trained == [3, 2, 1] and torch.all(W[:, 0] == 0)
     by_sum = torch.zeros(B, T, dtype=torch.float64)
     by_sum[:, trained] = (adv @ lam_hat).clamp(-cfg.adv_clip, cfg.adv_clip)[:, None]
@@ -102,7 +105,7 @@ def test_static_W_gives_the_lambda_hat_weighted_advantage_at_every_step(probe, c
     _, from_trainer = trainer.advantages(batch.rewards)  # the trainer's own path, with its static W
     assert torch.allclose(from_trainer, by_sum, rtol=1e-12, atol=1e-12)
 
-    pairs = all_pairs(trainer, B, trainer.steps)
+    pairs = all_pairs(trainer, B, trainer.trained_steps)
     loss_a, grads_a = loss_and_grads(trainer, batch, by_e13, pairs)
     loss_b, grads_b = loss_and_grads(trainer, batch, by_sum, pairs)
     assert torch.isfinite(loss_a) and cfg.beta_kl > 0
@@ -118,7 +121,7 @@ def test_static_W_gives_the_lambda_hat_weighted_advantage_at_every_step(probe, c
     K[:, 0] = 0.0
     W_other = torch.as_tensor(K / K.sum(axis=1, keepdims=True) * lam_hat.numpy()[:, None])
     _, grads_c = loss_and_grads(trainer, batch, step_advantages(adv, W_other, clip=cfg.adv_clip,
-                                                                trained=len(trainer.steps)), pairs)
+                                                                trained=len(trainer.trained_steps)), pairs)
     assert not all(torch.allclose(a, c, rtol=RTOL, atol=ATOL) for a, c in zip(grads_a, grads_c))
 
 
@@ -138,7 +141,7 @@ def test_a_W_row_on_one_step_puts_that_rewards_gradient_on_that_step_only(probe,
     monkeypatch.setattr(trainer, "cfg", replace(cfg, beta_kl=0.0))
     adv, adv_t = trainer.advantages(rewards)
     assert torch.count_nonzero(adv[:, [k for k in range(m) if k != i]]) == 0
-    expected = (len(trainer.steps) * W[i, t0 - 1] * adv[:, i]).clamp(-cfg.adv_clip, cfg.adv_clip)  # E13, T'·W
+    expected = (len(trainer.trained_steps) * W[i, t0 - 1] * adv[:, i]).clamp(-cfg.adv_clip, cfg.adv_clip)  # E13, T'·W
     assert torch.allclose(adv_t[:, t0 - 1], expected, rtol=1e-12, atol=0) and torch.count_nonzero(expected) == B
     if weight is not None:
         assert torch.equal(adv_t[:, t0 - 1].abs(), torch.full((B,), cfg.adv_clip, dtype=torch.float64))
@@ -152,7 +155,7 @@ def test_a_W_row_on_one_step_puts_that_rewards_gradient_on_that_step_only(probe,
             assert nonzero == 0, f"step {t} has a gradient though only step {t0} carries reward {i}'s weight"
     # with the KL on, the other steps do get a (KL-only) gradient: beta_kl = 0 is what isolates them
     monkeypatch.setattr(trainer, "cfg", cfg)
-    other = next(t for t in trainer.steps if t != t0)
+    other = next(t for t in trainer.trained_steps if t != t0)
     _, grads = loss_and_grads(trainer, batch, adv_t, all_pairs(trainer, B, [other]))
     assert sum(int(torch.count_nonzero(g)) for g in grads) > 0
 
@@ -162,12 +165,12 @@ def test_a_W_row_on_one_step_puts_that_rewards_gradient_on_that_step_only(probe,
 
 def test_a_resumed_run_reproduces_the_straight_run_exactly(train_setting, cfg, straight, tmp_path):
     run = tmp_path / "split"
-    first = make_trainer(train_setting, replace(cfg, max_steps=2), run)
-    assert first.train() == 2
+    with make_trainer(train_setting, replace(cfg, max_steps=2), run) as first:
+        assert first.train() == 2
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [2]
-    second = make_trainer(train_setting, cfg, run, resume=True)
-    assert second.step == 2 and second.plan.resume_from == ckpt.step_dir(run, 2)
-    assert second.train() == 4
+    with make_trainer(train_setting, cfg, run, resume=True) as second:
+        assert second.iteration == 2 and second.plan.resume_from == ckpt.step_dir(run, 2)
+        assert second.train() == 4
 
     a = read_metrics(straight / "metrics.parquet").to_pandas()
     b = read_metrics(run / "metrics.parquet").to_pandas()
@@ -193,52 +196,66 @@ def test_a_resumed_run_reproduces_the_straight_run_exactly(train_setting, cfg, s
 
 def test_a_failed_save_leaves_the_last_good_checkpoint(train_setting, cfg, tmp_path, monkeypatch):
     run = tmp_path / "run"
+    with make_trainer(train_setting, cfg, run) as trainer:
+        good = trainer.save()
+        assert good == ckpt.step_dir(run, 0)
+        adapter_bytes = (good / "adapter" / LORA_FILE).read_bytes()
+        with torch.no_grad():
+            for p in trainer.params.tensors:
+                p.add_(1.0)
+        trainer.iteration = 2
+
+        seen = {}
+
+        def dies_after_the_adapter(tensors, filename, *args, **kwargs):
+            folder = Path(filename).parent
+            seen["adapter_written"] = (folder / "adapter" / LORA_FILE).is_file()
+            seen["folder"] = folder
+            raise OSError("No space left on device")
+
+        monkeypatch.setattr("recast_cli.train.checkpoint.save_file", dies_after_the_adapter)
+        with pytest.raises(OSError):
+            trainer.save()
+        assert seen["adapter_written"] and seen["folder"] != ckpt.step_dir(run, 2)
+
+        def check_intact(expected_steps):
+            assert [s for s, _ in ckpt.list_checkpoints(run)] == expected_steps
+            assert ckpt.latest_checkpoint(run) == ckpt.step_dir(run, expected_steps[-1])
+            assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [f"step-{s:06d}" for s in expected_steps]
+            _, state = ckpt.read_checkpoint(good)
+            assert state["step"] == 0
+            assert (good / "adapter" / LORA_FILE).read_bytes() == adapter_bytes
+
+        check_intact([0])
+
+        # a rerun that fails while a checkpoint of the same step exists keeps that one too
+        monkeypatch.undo()
+        again = trainer.save()
+        assert again == ckpt.step_dir(run, 2)
+        step2_bytes = (again / "adapter" / LORA_FILE).read_bytes()
+        monkeypatch.setattr("recast_cli.train.checkpoint.save_file", dies_after_the_adapter)
+        with torch.no_grad():
+            for p in trainer.params.tensors:
+                p.add_(1.0)
+        with pytest.raises(OSError):
+            trainer.save()
+        check_intact([0, 2])
+        ckpt.read_checkpoint(again)
+        assert (again / "adapter" / LORA_FILE).read_bytes() == step2_bytes
+
+
+def test_a_built_trainer_writes_nothing_and_the_open_one_owns_the_run_lock(train_setting, cfg, tmp_path):
+    run = tmp_path / "run"
     trainer = make_trainer(train_setting, cfg, run)
-    good = trainer.save()
-    assert good == ckpt.step_dir(run, 0)
-    adapter_bytes = (good / "adapter" / LORA_FILE).read_bytes()
-    with torch.no_grad():
-        for p in trainer.params.tensors:
-            p.add_(1.0)
-    trainer.step = 2
-
-    seen = {}
-
-    def dies_after_the_adapter(tensors, filename, *args, **kwargs):
-        folder = Path(filename).parent
-        seen["adapter_written"] = (folder / "adapter" / LORA_FILE).is_file()
-        seen["folder"] = folder
-        raise OSError("No space left on device")
-
-    monkeypatch.setattr("recast_cli.train.checkpoint.save_file", dies_after_the_adapter)
-    with pytest.raises(OSError):
-        trainer.save()
-    assert seen["adapter_written"] and seen["folder"] != ckpt.step_dir(run, 2)
-
-    def check_intact(expected_steps):
-        assert [s for s, _ in ckpt.list_checkpoints(run)] == expected_steps
-        assert ckpt.latest_checkpoint(run) == ckpt.step_dir(run, expected_steps[-1])
-        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [f"step-{s:06d}" for s in expected_steps]
-        _, state = ckpt.read_checkpoint(good)
-        assert state["step"] == 0
-        assert (good / "adapter" / LORA_FILE).read_bytes() == adapter_bytes
-
-    check_intact([0])
-
-    # a rerun that fails while a checkpoint of the same step exists keeps that one too
-    monkeypatch.undo()
-    again = trainer.save()
-    assert again == ckpt.step_dir(run, 2)
-    step2_bytes = (again / "adapter" / LORA_FILE).read_bytes()
-    monkeypatch.setattr("recast_cli.train.checkpoint.save_file", dies_after_the_adapter)
-    with torch.no_grad():
-        for p in trainer.params.tensors:
-            p.add_(1.0)
-    with pytest.raises(OSError):
-        trainer.save()
-    check_intact([0, 2])
-    ckpt.read_checkpoint(again)
-    assert (again / "adapter" / LORA_FILE).read_bytes() == step2_bytes
+    assert not run.exists()
+    with pytest.raises(RuntimeError, match="not open"):
+        trainer.train()
+    with trainer:
+        assert (run / "run.json").is_file() and trainer.is_open
+        with pytest.raises(BadInput, match="being written by another recast train"):
+            RunLock(run)
+    assert not trainer.is_open
+    RunLock(run).release()  # released when the block ended
 
 
 def test_init_starts_from_the_checkpoints_lora_with_a_fresh_optimizer(train_setting, cfg, straight, tmp_path):
@@ -247,13 +264,13 @@ def test_init_starts_from_the_checkpoints_lora_with_a_fresh_optimizer(train_sett
     trained = load_file(str(latest / "adapter" / LORA_FILE))
     # another learning rate is fine: --init takes the weights only, not the run
     new_cfg = replace(cfg, learning_rate=5e-4)
-    trainer = make_trainer(train_setting, new_cfg, tmp_path / "from-run", init=str(straight))
-    assert trainer.plan.init_from == latest / "adapter"
-    live = trainer.params.state()
-    assert live.keys() == trained.keys()
-    assert all(torch.equal(live[k], trained[k]) for k in trained)
-    assert trainer.step == 0 and len(trainer.optimizer.state) == 0
-    assert all(g["lr"] == 5e-4 for g in trainer.optimizer.param_groups)
+    with make_trainer(train_setting, new_cfg, tmp_path / "from-run", init=str(straight)) as trainer:
+        assert trainer.plan.init_from == latest / "adapter"
+        live = trainer.params.state()
+        assert live.keys() == trained.keys()
+        assert all(torch.equal(live[k], trained[k]) for k in trained)
+        assert trainer.iteration == 0 and len(trainer.optimizer.state) == 0
+        assert all(g["lr"] == 5e-4 for g in trainer.optimizer.param_groups)
     assert ckpt.list_checkpoints(tmp_path / "from-run") == []
 
     # a checkpoint folder works too, and gives that checkpoint's tensors
@@ -291,12 +308,12 @@ def test_a_compiled_run_follows_the_eager_run(train_setting, cfg, tmp_path, back
     run = tmp_path / "compiled"
     # one batch size everywhere (the setting's 3 + 1 samples and 5 + 5 + 2 pairs would compile each shape), so
     # the adapter-off reference call looks like a sampling call to the compiler but for the adapter's state
-    eager = make_trainer(train_setting, replace(cfg, sample_batch=4, micro_batch=4), tmp_path / "eager")
-    assert eager.train() == 4
-    trainer = make_trainer(train_setting, replace(cfg, sample_batch=4, micro_batch=4, compile=True,
-                                                  compile_backend=backend), run)
-    assert trainer.policy.denoiser is not trainer.policy.pipe.transformer
-    assert trainer.train() == 4
+    with make_trainer(train_setting, replace(cfg, sample_batch=4, micro_batch=4), tmp_path / "eager") as eager:
+        assert eager.train() == 4
+    with make_trainer(train_setting, replace(cfg, sample_batch=4, micro_batch=4, compile=True,
+                                             compile_backend=backend), run) as trainer:
+        assert trainer.policy.denoiser is not trainer.policy.pipe.transformer
+        assert trainer.train() == 4
     assert counters["stats"]["unique_graphs"] >= 3  # sampling (no grad), the policy (grad), the adapter-off reference
 
     a = read_metrics(eager.run / "metrics.parquet").to_pandas().drop(columns=list(TIMING_COLUMNS))
@@ -313,5 +330,6 @@ def test_a_compiled_run_follows_the_eager_run(train_setting, cfg, tmp_path, back
         torch.testing.assert_close(lora_b[k], lora_a[k], rtol=1e-4, atol=max(1e-3 * scale, 1e-8),
                                    msg=lambda m: f"{k}: {m}")
     # how the denoiser executes is not part of the run's identity: the eager trainer resumes it
-    resumed = make_trainer(train_setting, replace(cfg, sample_batch=4, micro_batch=4, max_steps=5), run, resume=True)
-    assert resumed.step == 4 and resumed.policy.denoiser is resumed.policy.pipe.transformer
+    with make_trainer(train_setting, replace(cfg, sample_batch=4, micro_batch=4, max_steps=5), run,
+                      resume=True) as resumed:
+        assert resumed.iteration == 4 and resumed.policy.denoiser is resumed.policy.pipe.transformer

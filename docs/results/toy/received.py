@@ -17,9 +17,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from recast_cli.artifacts import read_gains, read_weights  # noqa: E402
+from recast_cli.artifacts import lambda_hat, read_gains, read_weights  # noqa: E402
 from recast_cli.grid import GridSpec  # noqa: E402
-from recast_cli.solve.sinkhorn import lambda_hat, resample_gains, solve_weights  # noqa: E402
+from recast_cli.solve.sinkhorn import resample_gains, solve_weights  # noqa: E402
 
 
 def main(root: Path) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from recast_cli.artifacts import (
     PROVENANCE_KEYS,
+    lambda_hat,
     CurveTable,
     EvalTable,
     JUDGEMENTS_SCHEMA,
@@ -299,8 +300,7 @@ def _summarise_estimation(artifact: GainTable | WeightMatrix | ScoreTable | Posi
     w = artifact
     trained = np.array(w.steps) - 1
     spill = spill_share(w.W[:, trained], w.gain[:, trained])
-    lam_hat = np.asarray(w.lam) / max(w.lam)
-    lam_hat = lam_hat / lam_hat.sum()
+    lam_hat = lambda_hat(w.lam)
     rows = [
         {
             "reward": name,

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_KERNEL, DEFAULT_TAU
+from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_KERNEL, DEFAULT_TAU, lambda_hat
 
 out = Console()
 err = Console(stderr=True)
@@ -55,10 +55,10 @@ def solve_w_command(
     table = Table(title=f"W ({mode}{kind}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
     for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
         table.add_column(name, justify="left" if name == "reward" else "right")
-    lam_total = sum(w.lam)
+    lam_hat = lambda_hat(w.lam)
     for i, name in enumerate(w.rewards):
         spill = info["spill_share"][name]
-        table.add_row(name, f"{w.lam[i]:g}", f"{w.lam[i] / lam_total:.4f}", str(int(w.gain[i].argmax()) + 1),
+        table.add_row(name, f"{w.lam[i]:g}", f"{lam_hat[i]:.4f}", str(int(w.gain[i].argmax()) + 1),
                       "—" if spill is None else f"{100 * spill:.1f}%")
     out.print(table)
     out.print(f"wrote {out_path}")

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from recast_cli.artifacts import (
+    CELL_SCHEMA,
     CHECKPOINT_SCHEMA,
     CURVE_SCHEMA,
     EVAL_SCHEMA,
@@ -34,6 +35,7 @@ from recast_cli.errors import BadInput
 from recast_cli.inspect.load import load_checkpoint, load_image_scores, load_judgements, load_metrics, load_run
 from recast_cli.inspect.render import (
     Renderer,
+    render_cell,
     render_checkpoint,
     render_curve,
     render_eval,
@@ -49,6 +51,7 @@ from recast_cli.inspect.render import (
 )
 from recast_cli.inspect.summarise import (
     json_safe,
+    summarise_cell,
     summarise_checkpoint,
     summarise_curve,
     summarise_eval,
@@ -85,6 +88,7 @@ KINDS: tuple[Kind, ...] = (
     Kind(POSITIVES_SCHEMA, "positives", READERS[POSITIVES_SCHEMA], summarise_positives, render_positives),
     Kind(EVAL_SCHEMA, "eval", READERS[EVAL_SCHEMA], summarise_eval, render_eval),
     Kind(CURVE_SCHEMA, "curve", READERS[CURVE_SCHEMA], summarise_curve, render_curve),
+    Kind(CELL_SCHEMA, "cell", READERS[CELL_SCHEMA], summarise_cell, render_cell),
     Kind(METRICS_SCHEMA, "metrics", load_metrics, summarise_metrics, render_metrics),
     Kind(IMAGE_SCORES_SCHEMA, "image-scores", load_image_scores, summarise_image_scores, render_image_scores),
     Kind(JUDGEMENTS_SCHEMA, "judgements", load_judgements, summarise_judgements, render_judgements),

@@ -179,6 +179,16 @@ def render_curve(summary: dict[str, Any], facts: Table) -> Table:
     return table
 
 
+def render_cell(summary: dict[str, Any], facts: Table) -> Table:
+    """A ``recast study`` cell: the arm and recipe, and each scorer at the last SDE point over seeds."""
+    arm = summary["arm"]
+    facts.add_row("cell", f"{arm['arm']} (mode {arm['mode']}, kernel {arm['kernel']}, W from {arm['gains']} gains), "
+                          f"λ = {summary['lambda']}, G = {summary['group_size']} × {summary['prompts_per_step']} groups")
+    facts.add_row("seeds", f"{summary['seeds']} trained {summary['training_steps']} steps; n = {summary['n']} "
+                           f"evaluation samples at {len(summary['points'])} points")
+    return _stats_table(f"over seeds at step {summary['last_sde_step']} (SDE)", summary["scorers"], "scorer")
+
+
 def render_metrics(m: dict[str, Any], facts: Table) -> Table | None:
     steps = m["steps"]
     if not steps["count"]:

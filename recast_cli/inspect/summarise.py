@@ -13,6 +13,7 @@ import numpy as np
 from recast_cli.artifacts import (
     PROVENANCE_KEYS,
     lambda_hat,
+    CellTable,
     CurveTable,
     EvalTable,
     JUDGEMENTS_SCHEMA,
@@ -121,6 +122,32 @@ def summarise_curve(t: CurveTable) -> dict[str, Any]:
                     **{name: float(t.mean[k, j]) for j, name in enumerate(t.scorers)},
                     "aggregate_std": float(t.std[k, -1])}
                    for k, (step, sampler) in enumerate(t.points)],
+    }
+
+
+def summarise_cell(t: CellTable) -> dict[str, Any]:
+    """A ``recast study`` cell: what it trained, and per scorer the mean ± sd over seeds at its last SDE point."""
+    meta = t.meta
+    sde = [k for k, (_, sampler) in enumerate(t.points) if sampler == "sde"]
+    last = max(sde, key=lambda k: t.points[k][0]) if sde else len(t.points) - 1
+    return {
+        **_provenance_json(t.provenance),
+        "kind": "cell",
+        "setting": meta["setting"],
+        "arm": {k: meta[k] for k in ("arm", "mode", "kernel", "gains")},
+        "lambda": meta["lambda"],
+        "rewards": list(t.rewards),
+        "group_size": meta["group_size"],
+        "prompts_per_step": meta["prompts_per_step"],
+        "seeds": len(t.seeds),
+        "training_steps": len(t.steps),
+        "n": meta["n"],
+        "points": [list(p) for p in t.points],
+        "last_sde_step": t.points[last][0],
+        "scorers": [{"scorer": name, **_stats(t.evals[:, last, j])} for j, name in enumerate(t.scorers)],
+        "clip_frac_mean": float(np.mean(t.train["clip_frac"])),
+        "gradient": meta["gradient"],
+        "engine": meta.get("engine"),
     }
 
 

@@ -124,7 +124,8 @@ def test_tensorboard_gets_every_scalar_each_step_W_once_and_a_sample_grid(both_r
         row = next(r for r in rows if r["step"] == step and r["reward"] == "toy_shape")
         logged = {e.step: e.value for e in events.Scalars("reward/toy_shape")}
         assert logged[step] == pytest.approx(row["reward_mean"], rel=1e-6)
-        assert {e.step: e.value for e in events.Scalars("train/kl")}[step] == pytest.approx(row["kl"], rel=1e-6, abs=1e-12)
+        kl = {e.step: e.value for e in events.Scalars("train/kl")}
+        assert kl[step] == pytest.approx(row["kl"], rel=1e-6, abs=1e-12)
     assert set(tags["images"]) == {"weights/W", "samples"}
     assert [e.step for e in events.Images("weights/W")] == [0]
     grids = events.Images("samples")

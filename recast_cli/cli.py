@@ -131,13 +131,14 @@ from recast_cli.solve.commands import register as register_solve  # noqa: E402
 from recast_cli.train.commands import register as register_train  # noqa: E402
 from recast_cli.evaluate.commands import register as register_evaluate  # noqa: E402
 from recast_cli.report.commands import register as register_report  # noqa: E402
+from recast_cli.inspect.commands import register as register_inspect  # noqa: E402
 from recast_cli.setting_commands import register as register_setting  # noqa: E402
 from recast_cli.policy.commands import register as register_policy  # noqa: E402
 from recast_cli.rewards.commands import register as register_rewards  # noqa: E402
 from recast_cli.toy.commands import register as register_toy  # noqa: E402
 
 for register in (register_positives, register_estimate, register_solve, register_train, register_evaluate,
-                 register_report, register_setting, register_policy, register_rewards,
+                 register_report, register_inspect, register_setting, register_policy, register_rewards,
                  register_toy):
     register(app)
 

@@ -312,7 +312,7 @@ def _fits(phases: dict[str, Any]) -> bool | None:
 
 def _estimate_budget(setting) -> tuple[int, int, int, int, int | None]:
     """(T, N, K, rollout batch, P) of the setting's estimate: its ``[study]``, else ``recast estimate``'s defaults."""
-    from recast_cli.estimate.stage import EstimateConfig
+    from recast_cli.estimate.config import EstimateConfig
     from recast_cli.study import load_study
 
     defaults = EstimateConfig(policy="", rewards=())

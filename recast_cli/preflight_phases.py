@@ -116,7 +116,7 @@ def estimate_phase(bench: Bench, rewards: int, steps: int, N: int, K: int, batch
                    prompts_total: int | None) -> dict[str, Any]:
     """One rollout batch of ``recast estimate`` at T = ``steps``, N, K (halved on out-of-memory)."""
     from recast_cli.estimate.rollouts import RolloutPlan, noised_starts, score_endpoints
-    from recast_cli.estimate.stage import EstimateConfig
+    from recast_cli.estimate.config import EstimateConfig
     from recast_cli.seeds import renderer_seeds
     from recast_cli.toy.renderer import render_batch
 

@@ -16,7 +16,7 @@ formats — so regenerating it from the same artifacts gives the same bytes.
 
 The modules, each importing only the ones before it: inputs (read and check), statistics,
 tables and figures, build (the report of per-image evaluations), curves (of the 1-D world), and
-this one (write); ``commands`` holds ``recast report``, ``inspect`` (summary.py) and ``plot``.
+this one (write); ``commands`` holds ``recast report`` and ``plot`` (``recast inspect`` is the ``inspect`` package).
 """
 
 from __future__ import annotations

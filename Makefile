@@ -21,7 +21,7 @@ endif
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[api,rewards,test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[api,rewards,test,wandb]'
 	touch $@
 
 # ImageReward and HPSv3 pin transformers 4.x: their published packages live in side package

@@ -63,6 +63,7 @@ BOUNDS: dict[str, Bound] = {
     "prompts_per_step": Bound(1, 4096, "train --prompts-per-step, [train] prompts_per_step"),
     "updates_per_step": Bound(1, 1000, "[train] updates_per_step"),
     "lora_rank": Bound(0, 4096, "[train] lora_rank (0: full fine-tuning)"),
+    "log_images_every": Bound(0, 1_000_000, "[train] log_images_every (0: no sample grids)"),
     "skip_clean": Bound(0, 9999, "solve-w --skip-clean"),
     "grid_prompts": Bound(0, 100, "report --prompts (prompts per sample grid)"),
     "quality_images": Bound(1, 1000, "toy quality --n (images per prompt, all held at once)"),

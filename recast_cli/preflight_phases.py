@@ -174,7 +174,7 @@ def train_phase(bench: Bench, cfg, compile_: bool) -> dict[str, Any]:
             plan = Plan(bench.setting, one, weights, "static", list(bench.prompts), Path(tmp) / "run", None, None,
                         str(bench.device), trained_steps(policy.T, cfg.train_fraction), run_noise_level(one, spec))
             try:
-                with Trainer(plan, quiet=True, tensorboard=False, policy=policy,
+                with Trainer(plan, quiet=True, loggers=False, policy=policy,
                              scorers=bench.stand_ins(len(cfg.rewards))) as trainer:
 
                     def work() -> dict[str, Any]:

@@ -84,7 +84,7 @@ def write_evaluation(path: Path) -> Path:
 
 def write_metrics(run: Path, steps: range) -> Path:
     """Two rewards per step; reward_mean of toy_shape at the first step is NaN (a step whose images all failed)."""
-    log = MetricsLog(run, config={"train": {"seed": 3}}, tensorboard=False)
+    log = MetricsLog(run, config={"train": {"seed": 3}})
     for step in steps:
         per_reward = {r: {"reward_mean": 0.1 * step + i if (r, step) != ("toy_shape", steps[0]) else math.nan,
                           "reward_std": 0.01, "adv_abs": [0.1, 0.2]} for i, r in enumerate(REWARDS)}

@@ -100,8 +100,9 @@ def _transfer(url: str, part: Path, advance: Callable[[int], None]) -> bool:
         length = response.headers.get("Content-Length")
         expected = have + int(length) if length is not None else None
         with open(part, "ab" if have else "wb") as fh:
-            for block in iter(lambda: response.read(CHUNK), b""):
+            for block in iter(lambda: response.read1(CHUNK), b""):
                 fh.write(block)
+                fh.flush()  # in the OS's hands: a killed process leaves every byte it received in the part
                 advance(len(block))
             fh.flush()
             os.fsync(fh.fileno())

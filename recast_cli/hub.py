@@ -99,12 +99,3 @@ def cache_folder() -> str:
 
     return str(constants.HF_HUB_CACHE)
 
-
-def locate(value: str | os.PathLike[str], what: str, subject: str, base: Path | None = None) -> Path:
-    """The one resolver of a model path a setting or flag names: the local path (against ``base``) when it
-    exists or cannot be a repo id (the loader then names what is missing), else the cached snapshot."""
-    ref = hub_id_of(value, base)
-    if ref is None:
-        local = Path(value).expanduser()
-        return (base / local).resolve() if base is not None else local
-    return resolve_hub(ref, what, subject)

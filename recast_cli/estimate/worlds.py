@@ -166,9 +166,9 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
             return sets
         return [policy.encode(images.to(policy.device))]
 
-    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": str(spec.path) if spec.path else None,
+    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": spec.model_name(),
                    "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
-                   "weights_sha256": _weights_hash(spec.path), **lora_info}
+                   "weights_sha256": _weights_hash(spec.folder()), **lora_info}
     return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
                  policy_info, positives_info, sources, False, len(reward_sets) if cfg.sampling == "pplus" else 1)
 

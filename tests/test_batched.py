@@ -130,7 +130,7 @@ def test_a_seed_does_not_depend_on_the_seeds_beside_it(tmp_path):
 
 def test_study_writes_cells_and_a_report_and_resumes(tmp_path):
     setting = write_setting(tmp_path, study='arms = ["static", "recast:power", "reversed:power"]\n'
-                                           'group_sizes = [2, 4]\nlearning_rates = {"recast-power" = 1e-2}')
+                                           'group_sizes = [2, 4]\nlearning_rates = {"recast-power" = 1e-2, "static@4" = 2e-2}')
     out = tmp_path / "st"
     ok("study", setting, "--out", out, "--quiet")
     cells = sorted(p.name for p in (out / "cells").iterdir())
@@ -140,6 +140,7 @@ def test_study_writes_cells_and_a_report_and_resumes(tmp_path):
     assert cell.meta["kernel"] == "power" and cell.meta["group_size"] == 2 and cell.meta["prompts_per_step"] == 8
     assert cell.meta["train"]["learning_rate"] == 1e-2
     assert read_cell(out / "cells" / "1-1-static-g2.parquet").meta["train"]["learning_rate"] == 3e-2
+    assert read_cell(out / "cells" / "1-1-static-g4.parquet").meta["train"]["learning_rate"] == 2e-2
     csv = (out / "report" / "endpoints.csv").read_text().splitlines()
     assert csv[0] == "<!-- recast.report/1 -->" and len(csv) == 2 + 12 * 2  # mark, header, 12 cells × 2 seeds
     report = (out / "report" / "report.md").read_text()
@@ -217,3 +218,16 @@ def test_shards_split_the_cells_and_the_report_waits_for_all(tmp_path):
     ok("study", setting, "--out", out, "--shard", "1/2", "--quiet")
     assert len(list((out / "cells").iterdir())) == 4 and (out / "report" / "report.md").is_file()
     assert cli("study", setting, "--out", out, "--shard", "2/2").exit_code == 2
+
+
+def test_seeds_as_a_range_string(tmp_path):
+    from recast_cli.settings import load_setting
+    from recast_cli.study import load_study
+
+    setting = write_setting(tmp_path, study='modes = ["static"]')
+    text = setting.read_text().replace("seeds = [0, 1]", 'seeds = "3:7"')
+    setting.write_text(text)
+    assert load_study(load_setting(str(setting))).seeds == (3, 4, 5, 6)
+    setting.write_text(text.replace('"3:7"', '"7:3"'))
+    result = cli("check-setting", setting)
+    assert result.exit_code == 2 and "LO < HI" in result.output

@@ -231,3 +231,19 @@ def test_seeds_as_a_range_string(tmp_path):
     setting.write_text(text.replace('"3:7"', '"7:3"'))
     result = cli("check-setting", setting)
     assert result.exit_code == 2 and "LO < HI" in result.output
+
+
+def test_an_arm_trains_on_w_from_the_sampled_estimator(tmp_path):
+    """recast:power:estimate: W solved from `recast estimate` at the base policy (what a user has)."""
+    from recast_cli.artifacts import read_gains, read_weights
+
+    setting = write_setting(tmp_path, study='arms = ["static", "recast:power:estimate"]\nn = 16\nk = 2\nestimate_steps = 6')
+    out = tmp_path / "st"
+    ok("study", setting, "--out", out, "--quiet", "--no-report")
+    gains = read_gains(out / "gains" / "estimate.parquet")
+    assert gains.meta["sampling"] == "pplus" and gains.meta["N"] == 16
+    assert not (out / "gains" / "exact.parquet").exists()  # no arm needs the exact table
+    w = read_weights(out / "W" / "1-2-recast-power-estimate.safetensors")
+    assert w.info["kernel"] == "power" and np.allclose(w.gain, gains.gain)
+    cell = read_cell(out / "cells" / "1-2-recast-power-estimate-g4.parquet")
+    assert cell.meta["gains"] == "estimate" and np.allclose(cell.meta["W"], w.W)

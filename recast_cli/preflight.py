@@ -30,6 +30,7 @@ from typing import Any
 from recast_cli import __version__
 from recast_cli.artifacts import atomic_write_bytes, claim_output
 from recast_cli.errors import BadInput
+from recast_cli.policy.lora import lora_parameters
 from recast_cli.settings import PIPELINES
 
 PREFLIGHT_SCHEMA = "recast.preflight/1"
@@ -119,18 +120,6 @@ def on_meta():
     import torch
 
     return torch.device("meta")
-
-
-def lora_parameters(transformer, targets: tuple[str, ...], rank: int) -> tuple[int, int]:
-    """(LoRA parameters, targeted linear layers) of rank ``rank`` on the modules peft would match."""
-    import torch
-
-    total = layers = 0
-    for name, module in transformer.named_modules():
-        if isinstance(module, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
-            total += rank * (module.in_features + module.out_features)
-            layers += 1
-    return total, layers
 
 
 def build_phase(setting, cfg, scale: str) -> dict[str, Any]:

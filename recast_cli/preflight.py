@@ -31,10 +31,11 @@ from recast_cli import __version__
 from recast_cli.artifacts import atomic_write_bytes, claim_output
 from recast_cli.errors import BadInput
 from recast_cli.policy.lora import lora_parameters
+from recast_cli.preflight_rewards import rewards_build
 from recast_cli.settings import PIPELINES
 
 PREFLIGHT_SCHEMA = "recast.preflight/1"
-PHASES = ("build", "estimate", "train", "evaluate")
+PHASES = ("build", "rewards", "estimate", "train", "evaluate")
 SCALES = ("full", "tiny")
 SHIPPED = {"sd3": PIPELINES / "configs" / "stable-diffusion-3.5-medium"}
 BYTES = {"bf16": 2, "fp16": 2, "no": 4, "fp32": 4}
@@ -54,7 +55,7 @@ def parse_phases(text: str) -> tuple[str, ...]:
     phases = tuple(p.strip() for p in text.split(",") if p.strip())
     unknown = [p for p in phases if p not in PHASES]
     if not phases or unknown:
-        raise BadInput(f"--phases takes build,estimate,train,evaluate (comma-separated), got {text!r}")
+        raise BadInput(f"--phases takes {','.join(PHASES)} (comma-separated), got {text!r}")
     return phases
 
 
@@ -133,9 +134,15 @@ def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
         if cfg.lora_rank > 0 else (counts["transformer"]["parameters"], 0)
     total = sum(c["parameters"] for c in counts.values())
     precision = setting.policy.precision or "no"
+    encoders = sum(c["parameters"] for n, c in counts.items() if n.startswith("text_encoder"))
+    chosen = setting.policy.offload_text_encoders
     return {"seconds": round(time.perf_counter() - t0, 3), "configs": source, "components": counts,
             "parameters_total": total, "trainable": lora, "lora_rank": cfg.lora_rank, "lora_layers": layers,
-            "precision": precision, "weights_bytes": total * BYTES.get(precision, 4)}
+            "precision": precision, "weights_bytes": total * BYTES.get(precision, 4),
+            "text_encoder_bytes": encoders * BYTES.get(precision, 4),
+            # the default rule of policy/pipeline.offload_by_default, in training (estimate and evaluate train nothing)
+            "offload_text_encoders": {"setting": chosen, "train": encoders > lora if chosen is None else chosen},
+            "rewards": rewards_build(setting, scale)}
 
 
 # ------------------------------------------------------------------ random weights on the device
@@ -292,9 +299,11 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
 
 
 def _fits(phases: dict[str, Any]) -> bool | None:
-    """Whether every phase that ran fit at the setting's batch sizes (None: none ran)."""
-    train = phases.get("train", {})
+    """Whether every phase that ran fit at the setting's batch sizes (None: none ran); the train step with
+    the text encoders the other way than the setting's is shown, not required."""
+    train = {k: v for k, v in phases.get("train", {}).items() if "offload" not in k}
     ran = [phases[k] for k in ("materialise", "estimate", "evaluate") if k in phases]
+    ran += [phases["rewards"]] if "error" in phases.get("rewards", {}) else []
     ran += [train] if "error" in train else list(train.values())
     return all(r.get("fits", True) for r in ran) if ran else None
 
@@ -316,10 +325,13 @@ def _run_phases(record, running, setting, cfg, folder, device, precision, scale,
     import torch
 
     from recast_cli.policy.sd3 import PRECISIONS
-    from recast_cli.preflight_phases import STAND_IN, Bench, estimate_phase, evaluate_phase, measured, train_phase
+    from recast_cli.preflight_phases import (STAND_IN, Bench, estimate_phase, evaluate_phase, measured,
+                                             rewards_phase, train_phase)
+    from recast_cli.preflight_rewards import placement, scorer_roles
     from recast_cli.toy.renderer import all_prompts
 
-    record["stand_ins"] = {"rewards": {r: STAND_IN for r in cfg.rewards},
+    roles = scorer_roles(setting)
+    record["stand_ins"] = {"rewards": {r: STAND_IN for r in roles if placement(r)[0] != "model"},
                            "prompts": "the toy world's prompts (recast_cli.toy.renderer)"}
     made: dict[str, Any] = {}
 
@@ -351,11 +363,21 @@ def _run_phases(record, running, setting, cfg, folder, device, precision, scale,
                             "trainable": lora_parameters(pipe.transformer, tuple(cfg.lora_targets), cfg.lora_rank)[0]
                             if cfg.lora_rank > 0 else sum(p.numel() for p in pipe.transformer.parameters())}
     bench = Bench(pipe, setting, device, precision, setting.policy.resolution if scale == "full" else None,
-                  tuple(all_prompts()))
+                  tuple(all_prompts()), scale)
+    if "rewards" in running:
+        run("rewards", lambda: rewards_phase(bench, tuple(roles)))
     if "estimate" in running:
-        run("estimate", lambda: estimate_phase(bench, len(cfg.rewards), *_estimate_budget(setting)))
+        run("estimate", lambda: estimate_phase(bench, tuple(cfg.rewards), *_estimate_budget(setting)))
     if "train" in running:
-        run("train", lambda: {("compile" if c else "eager"): train_phase(bench, cfg, c) for c in (False, True)})
+        offload = bench.offload(record["parameters"]["trainable"])
+
+        def train() -> dict[str, Any]:
+            runs = {("compile" if c else "eager"): train_phase(bench, cfg, c, offload) for c in (False, True)}
+            # the same eager step with the text encoders the other way: the peak with and without offload
+            runs[f"eager, offload {'off' if offload else 'on'}"] = train_phase(bench, cfg, False, not offload)
+            return runs
+
+        run("train", train)
         record["engine"] = record["phases"]["train"].get("eager", {}).get("engine", "single")
     if "evaluate" in running:
         run("evaluate", lambda: evaluate_phase(bench))

@@ -51,7 +51,8 @@ MODELS = ("clip", "pick", "hps", "aesthetic", "imagereward")
 _TINY_CLIP = {
     "projection_dim": 16,
     "text_config": {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                    "num_attention_heads": 4, "max_position_embeddings": 77},
+                    "num_attention_heads": 4, "max_position_embeddings": 77, "bos_token_id": 509,
+                    "eos_token_id": 510, "pad_token_id": 511},
     "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                       "image_size": 32, "patch_size": 8},
 }

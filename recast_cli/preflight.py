@@ -9,10 +9,16 @@ and the bytes of the weights at the setting's precision. Configs come from the s
 folder when it is there, else from the shipped architecture configs (``pipelines/configs/``);
 ``--scale tiny`` builds the ``recast tiny-model`` architecture of the same family instead.
 
-Phases ``estimate``, ``train`` and ``evaluate`` (:mod:`recast_cli.preflight_phases`) run the
-stages' own code on the same architecture with random weights (:func:`random_pipeline`: built
-with its parameters on ``meta``, materialised on the device and initialised there), on CUDA when
-there is one, at the setting's precision.
+The build phase also places every reward and judge and counts the networks of those that run in
+this process at their real architectures (:mod:`recast_cli.preflight_rewards`): CLIP ViT-L/14,
+PickScore's CLIP-H/14, HPSv2's open_clip ViT-H-14, ImageReward's BLIP, the aesthetic CLIP + MLP;
+served ones (UnifiedReward's vLLM server, ``NAME@URL``) are named and not counted.
+
+Phases ``rewards``, ``estimate``, ``train`` and ``evaluate`` (:mod:`recast_cli.preflight_phases`)
+run the stages' own code on the same architecture with random weights (:func:`random_pipeline`:
+built with its parameters on ``meta``, materialised on the device and initialised there), with the
+reward networks on random weights too, on CUDA when there is one, at the setting's precision; the
+train step runs once more with the text encoders offloaded the other way than the setting's.
 
 The JSON written is ``recast.preflight/1``: recast/torch/diffusers versions, device, dtype,
 engine, parameters, host RSS, whether everything fit, and per phase its seconds and numbers.
@@ -31,6 +37,7 @@ from recast_cli import __version__
 from recast_cli.artifacts import atomic_write_bytes, claim_output
 from recast_cli.errors import BadInput
 from recast_cli.policy.lora import lora_parameters
+from recast_cli.preflight_phases import INIT, materialise
 from recast_cli.preflight_rewards import rewards_build
 from recast_cli.settings import PIPELINES
 
@@ -47,8 +54,6 @@ SD3_COMPONENTS = {
     "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
     "text_encoder_3": ("transformers", "T5EncoderModel"),
 }
-#: how :func:`materialise` initialises random weights (recorded in the JSON)
-INIT = "reset_parameters per layer, else norm scales 1, biases 0, N(0, 0.02^2); seeded per component"
 
 
 def parse_phases(text: str) -> tuple[str, ...]:
@@ -148,51 +153,10 @@ def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
 # ------------------------------------------------------------------ random weights on the device
 
 
-def materialise(module, device, dtype, seed: int):
-    """Allocate a module's ``meta`` parameters on ``device`` in ``dtype`` (every floating tensor
-    cast as ``from_pretrained(dtype=…)`` would, before allocation, so no fp32 copy of T5-XXL ever
-    exists) and initialise them there, deterministically.
-
-    Every layer with its own ``reset_parameters`` (Linear, Conv, Embedding, LayerNorm, GroupNorm,
-    …) initialises itself as PyTorch does, after ``torch.manual_seed(seed)``; any other parameter
-    is a norm scale (a 1-D ``weight``: ones), a bias (zeros) or seeded N(0, 0.02²). Buffers were
-    built with their values on the CPU (sin-cos position tables, position ids) and are copied over.
-    A transformers model's tied parameters (T5's shared embedding) are tied again (``tie_weights``).
-    """
-    import torch
-
-    module.to(dtype)  # still on meta: the device memory is allocated once, in ``dtype``
-    buffers = dict(module.named_buffers())
-    module.to_empty(device=device)
-    if callable(getattr(module, "tie_weights", None)):
-        module.tie_weights()
-    torch.manual_seed(seed)
-    done: set[int] = set()
-    for sub in module.modules():
-        own = list(sub.parameters(recurse=False))
-        if own and callable(getattr(sub, "reset_parameters", None)):
-            sub.reset_parameters()
-            done.update(id(p) for p in own)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if id(p) in done:
-                continue
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf == "bias":
-                p.zero_()
-            elif leaf == "weight" and p.dim() == 1:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
-        for name, value in buffers.items():
-            module.get_buffer(name).copy_(value)
-    return module
-
-
 def random_pipeline(folder: Path | None, device, dtype, max_sequence_length: int):
     """The setting's ``StableDiffusion3Pipeline`` with random weights on ``device`` (in ``dtype``).
 
-    Built with its parameters on ``meta`` (buffers on the CPU) and :func:`materialise`-d
+    Built with its parameters on ``meta`` (buffers on the CPU) and :func:`~recast_cli.preflight_phases.materialise`-d
     component by component, so a 7.9 B-parameter pipeline is never initialised on the CPU.
     Text goes through the offline word-level tokenizer of the toy model at the real lengths
     (CLIP's position table, 77 tokens in SD3.5; T5 padded to ``max_sequence_length``), also when

@@ -32,7 +32,7 @@ import gc
 import resource
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,105 @@ from typing import Any
 import numpy as np
 import torch
 
-#: the scorer standing in for every reward and judge: registered, weight-free, numpy on the host
+from recast_cli.preflight_rewards import RewardModel, build_reward_model, empty, placement, reward_options, where
+from recast_cli.rewards.base import Images, Scorer, as_float, check_batch, chunks
+
+#: the scorer standing in for every reward and judge without a network: registered, weight-free, on the host
 STAND_IN = "toy_sharpness"
 SEED = 0
+#: how :func:`materialise` initialises random weights (recorded in the JSON)
+INIT = "reset_parameters per layer, else norm scales 1, biases 0, N(0, 0.02^2); seeded per component"
+
+
+def materialise(module, device, dtype, seed: int):
+    """Allocate a module's ``meta`` parameters on ``device`` in ``dtype`` (every floating tensor
+    cast as ``from_pretrained(dtype=…)`` would, before allocation, so no fp32 copy of T5-XXL ever
+    exists) and initialise them there, deterministically.
+
+    Every layer with its own ``reset_parameters`` (Linear, Conv, Embedding, LayerNorm, GroupNorm,
+    …) initialises itself as PyTorch does, after ``torch.manual_seed(seed)``; any other parameter
+    is a norm scale (a 1-D ``weight``: ones), a bias (zeros) or seeded N(0, 0.02²). Buffers were
+    built with their values on the CPU (sin-cos position tables, position ids) and are copied over.
+    A transformers model's tied parameters (T5's shared embedding) are tied again (``tie_weights``).
+    """
+    import torch
+
+    module.to(dtype)  # still on meta: the device memory is allocated once, in ``dtype``
+    buffers = dict(module.named_buffers())
+    module.to_empty(device=device)
+    if callable(getattr(module, "tie_weights", None)):
+        module.tie_weights()
+    torch.manual_seed(seed)
+    done: set[int] = set()
+    for sub in module.modules():
+        own = list(sub.parameters(recurse=False))
+        if own and callable(getattr(sub, "reset_parameters", None)):
+            sub.reset_parameters()
+            done.update(id(p) for p in own)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if id(p) in done:
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "bias":
+                p.zero_()
+            elif leaf == "weight" and p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+        for name, value in buffers.items():
+            module.get_buffer(name).copy_(value)
+    return module
+
+
+class ArchitectureScorer(Scorer):
+    """A reward's real network with random weights, scoring as its scorer does at the scorer's shapes:
+    images resized to the model's input (bilinear), prompts as fixed-length token ids (random weights
+    need the shapes, not the language), chunks of the scorer's ``batch_size``."""
+
+    def __init__(self, model: RewardModel, device: torch.device, batch_size: int, seed: int) -> None:
+        self.name = model.name
+        self.image_size, self.text_tokens, self.vocab, self.forward = (model.image_size, model.text_tokens,
+                                                                        model.vocab, model.score)
+        self.device = device
+        self.batch_size = batch_size
+        self.module = materialise(model.module, device, torch.float32, seed).eval().requires_grad_(False)
+        model.module = None  # this scorer holds the only reference: close() frees the weights
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @torch.inference_mode()
+    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
+        count = check_batch(self.name, images, prompts)
+        pixels = torch.stack(as_float(images))
+        out = np.empty(count, dtype=np.float64)
+        for part in chunks(count, self.batch_size):
+            batch = torch.nn.functional.interpolate(pixels[part], size=(self.image_size,) * 2, mode="bilinear",
+                                                    antialias=True).to(self.device)
+            n, length = batch.shape[0], max(self.text_tokens, 1)
+            ids = torch.randint(0, self.vocab, (n, length), generator=self.generator).to(self.device)
+            out[part] = self.forward(self.module, batch, ids, torch.ones_like(ids)).double().cpu().numpy()
+        return out
+
+    def close(self) -> None:
+        self.module = None
+
+
+def build_scorers(names: Sequence[str], setting, scale: str, device: torch.device,
+                  stand_in: Callable[[], Scorer]) -> list[Scorer]:
+    """The scorers a phase runs: an :class:`ArchitectureScorer` per model reward (on ``device`` when the
+    setting puts it on CUDA, else on the CPU), ``stand_in()`` for every other name."""
+    options = reward_options(setting)
+    scorers: list[Scorer] = []
+    for seed, name in enumerate(names):
+        if placement(name)[0] != "model":
+            scorers.append(stand_in())
+            continue
+        opts = options.get(name, {})
+        on = device if where(opts) == "cuda" or device.type == "cpu" else torch.device("cpu")
+        with empty():
+            model = build_reward_model(name, opts, scale)
+        scorers.append(ArchitectureScorer(model, on, int(opts.get("batch_size", 16)), 100 + seed))
+    return scorers
 
 
 def host_rss_peak() -> int:
@@ -123,7 +219,6 @@ class Bench:
 
     def scorers(self, names) -> list:
         """The phase's scorers: the real networks of the model rewards, :data:`STAND_IN` for the rest."""
-        from recast_cli.preflight_rewards import build_scorers
         from recast_cli.rewards import build_scorer
 
         return build_scorers(list(names), self.setting, self.scale, self.device, lambda: build_scorer(STAND_IN))
@@ -266,8 +361,6 @@ def rewards_phase(bench: Bench, names: tuple[str, ...]) -> dict[str, Any]:
     """Each model reward and judge alone: materialised where the setting puts it, one chunk of its
     ``batch_size`` images at the setting's resolution scored (seconds, images/s, peak memory with the
     pipeline's weights resident)."""
-    from recast_cli.preflight_rewards import placement
-
     side = bench.resolution or 64
     out: dict[str, Any] = {}
     for name in names:
@@ -285,6 +378,5 @@ def rewards_phase(bench: Bench, names: tuple[str, ...]) -> dict[str, Any]:
             out[name] = measured(bench.device, work)
         finally:
             scorer.close()
-            del scorer
             release(bench.device)
     return out

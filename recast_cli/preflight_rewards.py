@@ -16,7 +16,7 @@ Every name in ``[train] rewards`` and ``[evaluate] judges`` is placed once (:fun
   and any plug-in: named, not counted.
 
 The ``build`` phase counts each model on the meta device (parameters, bytes at fp32: the scorers
-load their checkpoints in fp32). The device phases use :class:`ArchitectureScorer`: the model
+load their checkpoints in fp32). The device phases use ``preflight_phases.ArchitectureScorer``: the model
 materialised with random weights where the setting puts it (``[rewards.NAME] device``), scoring with
 the reward module's own tensor function (``hfclip.scaled_cosine``, ``hps_cosine``,
 ``aesthetic_score``, ImageReward's ``score_gard``) on the images resized to the model's input and
@@ -26,16 +26,14 @@ fixed-length token ids — the shapes of the real scorer, so its memory and imag
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from recast_cli.errors import BadInput
-from recast_cli.rewards.base import Images, Scorer, as_float, check_batch, chunks
 from recast_cli.settings import PIPELINES
 
 CONFIGS = PIPELINES / "configs"
@@ -218,54 +216,3 @@ def rewards_build(setting, scale: str) -> dict[str, Any]:
     return {"scorers": rows, "dtype": "fp32", "train_device_bytes": gpu("reward"), "evaluate_device_bytes": gpu(None),
             "host_weights_bytes": sum(r["weights_bytes"] for r in models if r["device"] == "cpu"),
             "not_counted": [n for n, r in rows.items() if r["placement"] in ("served", "not built")]}
-
-
-class ArchitectureScorer(Scorer):
-    """A reward's real network with random weights, scoring as its scorer does at the scorer's shapes:
-    images resized to the model's input (bilinear), prompts as fixed-length token ids (random weights
-    need the shapes, not the language), chunks of the scorer's ``batch_size``."""
-
-    def __init__(self, model: RewardModel, device: torch.device, batch_size: int, seed: int) -> None:
-        from recast_cli.preflight import materialise
-
-        self.name = model.name
-        self.model = model
-        self.device = device
-        self.batch_size = batch_size
-        self.module = materialise(model.module, device, torch.float32, seed).eval().requires_grad_(False)
-        self.generator = torch.Generator().manual_seed(seed)
-
-    @torch.inference_mode()
-    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
-        count = check_batch(self.name, images, prompts)
-        pixels = torch.stack(as_float(images))
-        out = np.empty(count, dtype=np.float64)
-        for part in chunks(count, self.batch_size):
-            batch = torch.nn.functional.interpolate(pixels[part], size=(self.model.image_size,) * 2, mode="bilinear",
-                                                    antialias=True).to(self.device)
-            n, length = batch.shape[0], max(self.model.text_tokens, 1)
-            ids = torch.randint(0, self.model.vocab, (n, length), generator=self.generator).to(self.device)
-            mask = torch.ones_like(ids)
-            out[part] = self.model.score(self.module, batch, ids, mask).double().cpu().numpy()
-        return out
-
-    def close(self) -> None:
-        self.module = None
-
-
-def build_scorers(names: Sequence[str], setting, scale: str, device: torch.device,
-                  stand_in: Callable[[], Scorer]) -> list[Scorer]:
-    """The scorers a phase runs: an :class:`ArchitectureScorer` per model reward (on ``device`` when the
-    setting puts it on CUDA, else on the CPU), ``stand_in()`` for every other name."""
-    options = reward_options(setting)
-    scorers: list[Scorer] = []
-    for seed, name in enumerate(names):
-        if placement(name)[0] != "model":
-            scorers.append(stand_in())
-            continue
-        opts = options.get(name, {})
-        on = device if where(opts) == "cuda" or device.type == "cpu" else torch.device("cpu")
-        with empty():
-            model = build_reward_model(name, opts, scale)
-        scorers.append(ArchitectureScorer(model, on, int(opts.get("batch_size", 16)), 100 + seed))
-    return scorers

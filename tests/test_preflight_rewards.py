@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from recast_cli.preflight_rewards import (ArchitectureScorer, build_reward_model, empty, placement,
-                                          rewards_build)
+from recast_cli.preflight_phases import ArchitectureScorer
+from recast_cli.preflight_rewards import build_reward_model, empty, placement, rewards_build
 from recast_cli.settings import load_setting
 
 
@@ -102,7 +102,7 @@ def test_an_architecture_scorer_scores_with_the_scorers_own_function(tmp_path):
     ids = torch.randint(0, 100, (3, 77), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     expected = hfclip.scaled_cosine(real.model, pixels, ids, mask, 30.0)
-    torch.testing.assert_close(model.score(stand.module, pixels, ids, mask), expected)
+    torch.testing.assert_close(stand.forward(stand.module, pixels, ids, mask), expected)
     scores = stand.score(torch.rand(5, 3, 40, 40), ["a"] * 5)  # resized to 32, chunks of 2
     assert scores.shape == (5,) and np.isfinite(scores).all() and np.ptp(scores) > 0
 
@@ -115,7 +115,7 @@ def test_every_tiny_network_materialises_and_scores(name):
     scores = scorer.score(torch.rand(4, 3, 48, 48), ["a red circle"] * 4)
     assert scores.shape == (4,) and np.isfinite(scores).all()
     scorer.close()
-    assert scorer.module is None
+    assert scorer.module is None and model.module is None  # nothing else holds the weights
 
 
 def test_served_host_and_unbuilt_scorers_are_named_and_not_counted():

@@ -95,8 +95,8 @@ def test_the_full_sd35_medium_architecture_is_counted_without_allocating_it(tmp_
     assert build["text_encoder_bytes"] == 2 * sum(parts[n]["parameters"] for n in parts if n.startswith("text_enc"))
     assert build["offload_text_encoders"] == {"setting": None, "train": True}
     rewards = build["rewards"]["scorers"]
-    assert [n for n, r in rewards.items() if r["placement"] == "model"] == ["clip", "hps", "pick", "imagereward",
-                                                                            "aesthetic"]
+    assert {n for n, r in rewards.items() if r["placement"] == "model"} == {"clip", "hps", "pick", "imagereward",
+                                                                            "aesthetic"}
     assert rewards["unifiedreward"]["placement"] == "served" and rewards["hpsv3"]["placement"] == "not built"
     assert build["rewards"]["not_counted"] == ["hpsv3", "unifiedreward"]
     assert build["rewards"]["train_device_bytes"] == 4 * sum(rewards[n]["parameters"] for n in ("clip", "hps", "pick"))

@@ -233,7 +233,7 @@ def estimate_phase(bench: Bench, rewards: tuple[str, ...], steps: int, N: int, K
                    prompts_total: int | None) -> dict[str, Any]:
     """One rollout batch of ``recast estimate`` at T = ``steps``, N, K (halved on out-of-memory)."""
     from recast_cli.estimate.rollouts import RolloutPlan, noised_starts, score_endpoints
-    from recast_cli.estimate.stage import EstimateConfig
+    from recast_cli.estimate.config import EstimateConfig
     from recast_cli.seeds import renderer_seeds
     from recast_cli.toy.renderer import render_batch
 
@@ -297,7 +297,7 @@ def train_phase(bench: Bench, cfg, compile_: bool, offload: bool) -> dict[str, A
                         str(bench.device), trained_steps(policy.T, cfg.train_fraction), run_noise_level(one, spec))
             scorers = bench.scorers(cfg.rewards)
             try:
-                with Trainer(plan, quiet=True, tensorboard=False, policy=policy, scorers=scorers) as trainer:
+                with Trainer(plan, quiet=True, loggers=False, policy=policy, scorers=scorers) as trainer:
 
                     def work() -> dict[str, Any]:
                         s = trainer.train_step()["scalars"]

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, cut
+from recast_cli.hub import HubRef, cached, hub_id_of, resolve_hub
 from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
 from recast_cli.rewards.options import reward_options as reward_tables
 
@@ -101,6 +102,20 @@ class PolicySpec:
     hidden: int = 32  # flow1d: its hidden width
     #: image policies: the text encoders on the host between encodes; None: ``offload_by_default``
     offload_text_encoders: bool | None = None
+    hub: HubRef | None = None  # ``path`` named a Hub repo id (and no local folder of that name exists)
+
+    def folder(self, required: bool = True) -> Path | None:
+        """The model folder: the local ``path``, or the cached snapshot of ``hub`` (recast_cli/hub.py).
+        A repo missing from the cache is BadInput naming it, or None when not ``required``."""
+        if self.hub is None:
+            return self.path
+        if not required:
+            return cached(self.hub, "diffusers")
+        return resolve_hub(self.hub, "diffusers", "[policy] path")
+
+    def model_name(self) -> str | None:
+        """How the setting names the model: the repo id (with its revision) or the local folder."""
+        return str(self.hub) if self.hub is not None else (str(self.path) if self.path is not None else None)
 
 
 @dataclass(frozen=True)
@@ -147,7 +162,8 @@ def load_setting(name_or_path: str) -> Setting:
 def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
     """The ``[policy]`` table as a :class:`PolicySpec` (through :func:`parse_table`, like every table):
     unknown keys, then each key's type, then ``kind`` and ``prompt_check`` against their choices;
-    ``path`` is resolved against the setting file's folder."""
+    ``path`` is resolved against the setting file's folder; one that exists nowhere there but reads as
+    a Hub repo id (``owner/name[@revision]``) becomes ``hub``, resolved from the cache when used."""
 
     def typed(key: str) -> Callable[[Any], Any]:
         kind = POLICY_TYPES[key]
@@ -169,7 +185,10 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
 
     parse = {key: typed(key) for key in POLICY_TYPES}
     parse["path"] = lambda value: (path.parent / typed("path")(value)).resolve()
-    spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None})
+    spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None}, hub=None)
+    ref = hub_id_of(table["path"], path.parent) if "path" in table else None
+    if ref is not None:  # a repo id, no local folder of that name: the cache resolves it when it is used
+        spec = replace(spec, path=None, hub=ref)
     if spec.kind not in POLICY_KINDS:  # the choices after every type check
         raise BadInput(f"{path}: [policy] kind must be one of {', '.join(POLICY_KINDS)}")
     if spec.prompt_check not in PROMPT_CHECKS:
@@ -209,9 +228,10 @@ def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None 
         from recast_cli.policy.flow1d import Flow1DPolicy
 
         return Flow1DPolicy(steps=steps, features=spec.features, hidden=spec.hidden)
-    if spec.path is None:
-        raise BadInput(f"an {spec.kind} policy needs [policy] path = the model folder")
+    folder = spec.folder()
+    if folder is None:
+        raise BadInput(f"an {spec.kind} policy needs [policy] path = the model folder or a Hub repo id")
     return policy_class(spec.kind).from_pretrained(
-        spec.path, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
+        folder, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
         resolution=spec.resolution, max_sequence_length=spec.max_sequence_length, precision=spec.precision,
         device=device, offload_text_encoders=spec.offload_text_encoders, trainable=trainable)

@@ -109,14 +109,30 @@ def _read(path: Path) -> dict[str, Any]:
         raise BadInput(f"cannot read {path}: {exc}") from None
 
 
-def _clip_config(folder: Any, shipped: str, scale: str) -> tuple[dict[str, Any], str]:
-    """A CLIP folder's config.json when the setting's folder has one, else the shipped one (tiny: small)."""
+def _found(spec, given: Any) -> Path | None:
+    """Where the scorer would find its weight (option, environment variable, HF cache, as it resolves
+    them), or None where it would find none: preflight then builds from the shipped config."""
+    from recast_cli.rewards.weights import resolve
+
+    try:
+        return resolve(spec, given)
+    except BadInput:
+        return None
+
+
+def _shipped(*parts: str) -> tuple[dict[str, Any], str]:
+    path = CONFIGS.joinpath(*parts)
+    return _read(path), str(path.relative_to(PIPELINES.parent))
+
+
+def _clip_config(spec, given: Any, shipped: str, scale: str) -> tuple[dict[str, Any], str]:
+    """A CLIP folder's config.json where the scorer would find the folder, else the shipped one (tiny: small)."""
     if scale == "tiny":
         return _TINY_CLIP, "tiny"
-    if folder is not None and (Path(folder) / "config.json").is_file():
-        return _read(Path(folder) / "config.json"), str(Path(folder) / "config.json")
-    path = CONFIGS / shipped / "config.json"
-    return _read(path), str(path.relative_to(PIPELINES.parent))
+    folder = _found(spec, given)
+    if folder is not None and (folder / "config.json").is_file():
+        return _read(folder / "config.json"), str(folder / "config.json")
+    return _shipped(shipped, "config.json")
 
 
 def build_reward_model(name: str, options: dict[str, Any], scale: str) -> RewardModel:
@@ -124,12 +140,13 @@ def build_reward_model(name: str, options: dict[str, Any], scale: str) -> Reward
     from recast_cli.rewards import hfclip
 
     if name in ("clip", "pick", "aesthetic"):
-        from recast_cli.rewards.aesthetic import AestheticMLP, aesthetic_score
-        from recast_cli.rewards.clip import LOGIT_DIVISOR
-        from recast_cli.rewards.pick import PICK_DIVISOR
+        from recast_cli.rewards.aesthetic import AESTHETIC_CLIP, AestheticMLP, aesthetic_score
+        from recast_cli.rewards.clip import CLIP_WEIGHTS, LOGIT_DIVISOR
+        from recast_cli.rewards.pick import PICK_DIVISOR, PICK_WEIGHTS
 
-        folder = options.get("clip" if name == "aesthetic" else "weights")
-        config, source = _clip_config(folder, "PickScore_v1" if name == "pick" else "clip-vit-large-patch14", scale)
+        spec = {"clip": CLIP_WEIGHTS, "pick": PICK_WEIGHTS, "aesthetic": AESTHETIC_CLIP}[name]
+        config, source = _clip_config(spec, options.get(spec.option), "PickScore_v1" if name == "pick"
+                                      else "clip-vit-large-patch14", scale)
         clip = hfclip.build_model(config)
         size, vocab = clip.config.vision_config.image_size, clip.config.text_config.vocab_size
         if name == "aesthetic":
@@ -151,16 +168,15 @@ def build_reward_model(name: str, options: dict[str, Any], scale: str) -> Reward
                            config["text_cfg"]["context_length"], config["text_cfg"]["vocab_size"],
                            lambda m, pixels, ids, mask: hps_cosine(m, pixels, ids))
     if name == "imagereward":
-        from recast_cli.rewards.imagereward import PROMPT_TOKENS, ImageRewardArchitecture
+        from recast_cli.rewards.imagereward import IR_MED_CONFIG, PROMPT_TOKENS, ImageRewardArchitecture
 
-        given = options.get("med_config")
+        found = None if scale == "tiny" else _found(IR_MED_CONFIG, options.get("med_config"))
         if scale == "tiny":
             med, vision, source = _TINY_MED, _TINY_VIT, "tiny"
-        elif given is not None and Path(given).is_file():
-            med, vision, source = _read(Path(given)), None, str(given)
+        elif found is not None and found.is_file():
+            med, vision, source = _read(found), None, str(found)
         else:
-            path = CONFIGS / "ImageReward" / "med_config.json"
-            med, vision, source = _read(path), None, str(path.relative_to(PIPELINES.parent))
+            (med, source), vision = _shipped("ImageReward", "med_config.json"), None
         module = ImageRewardArchitecture(med, vision)
         return RewardModel(name, source, module, module.visual_encoder.config.image_size, PROMPT_TOKENS,
                            med["vocab_size"], lambda m, pixels, ids, mask: m(ids, mask, pixels).squeeze(-1))

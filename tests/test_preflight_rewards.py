@@ -57,13 +57,16 @@ def test_the_real_reward_networks_have_their_published_sizes_on_the_meta_device(
     assert imagereward.text_tokens == 35
 
 
-def test_a_weights_folder_s_config_is_built_instead_of_the_shipped_one(tmp_path):
+def test_a_weights_folder_s_config_is_built_instead_of_the_shipped_one(tmp_path, monkeypatch):
     from tests.rewards.tiny_models import save_tiny_clip
 
+    monkeypatch.delenv("RECAST_CLIP_PATH", raising=False)
     folder = save_tiny_clip(tmp_path / "clip")
     model = counted("clip", {"weights": str(folder)})
     assert model.configs == str(folder / "config.json") and model.image_size == 32
-    assert counted("clip").configs == "pipelines/configs/clip-vit-large-patch14/config.json"
+    assert counted("clip").configs == "pipelines/configs/clip-vit-large-patch14/config.json"  # found nowhere
+    monkeypatch.setenv("RECAST_CLIP_PATH", str(folder))  # where the scorer itself would look next
+    assert counted("clip").configs == str(folder / "config.json")
 
 
 def test_the_builders_make_the_modules_the_scorers_load(tmp_path):

@@ -41,9 +41,9 @@ from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms,
 
 #: (seed, pair) elements per forward/backward of the update: bounds the activations' memory
 #: (about 1 KiB each) whatever S and the pairs per step; the sum over micro-batches is the same loss.
-UPDATE_ELEMENTS = 1 << 18
+UPDATE_ELEMENTS = 1 << 16
 #: (seed, sample) elements per evaluation chunk.
-EVAL_ELEMENTS = 1 << 19
+EVAL_ELEMENTS = 1 << 16
 PARAM_NAMES = ("inner.weight", "inner.bias", "middle.weight", "middle.bias", "out.weight", "out.bias")
 
 
@@ -74,7 +74,19 @@ class Mixture:
         mu = torch.as_tensor(self.means, dtype=torch.float64)
         s2 = torch.as_tensor(self.stds, dtype=torch.float64) ** 2
         logw = torch.log(torch.as_tensor(self.weights, dtype=torch.float64))
-        sigma = torch.broadcast_to(sigma.to(torch.float64), x.shape)
+        sigma = sigma.to(torch.float64)
+        if sigma.dim() == 0:  # one level for the whole batch (sampling, evaluation): the per-component
+            # constants once, the same expressions as below, so the same numbers
+            if float(sigma) == 0.0:
+                return -x
+            keep = 1 - sigma
+            var = keep**2 * s2 + sigma**2
+            centred = x[..., None] - keep * mu
+            log_dens = logw - 0.5 * centred**2 / var - 0.5 * torch.log(2 * math.pi * var)
+            post = torch.exp(log_dens - log_dens.amax(dim=-1, keepdim=True))  # the softmax over a few
+            x0_hat = (post * (mu + keep * s2 / var * centred)).sum(-1) / post.sum(-1)  # components, unrolled
+            return (x - x0_hat) / sigma
+        sigma = torch.broadcast_to(sigma, x.shape)
         keep = (1 - sigma)[..., None]
         var = keep**2 * s2 + sigma[..., None] ** 2
         centred = x[..., None] - keep * mu
@@ -106,12 +118,27 @@ class StackedMLP:
             -> torch.Tensor:
         w1, b1, w2, b2, w3, b3 = self.params if params is None else params
         x = x.to(DTYPE).unsqueeze(-1)
-        s = torch.broadcast_to(sigma.to(DTYPE).unsqueeze(-1), x.shape)
         fx = x * self.freq / X_SCALE
-        fs = s * self.freq / 2
-        h = torch.cat([x / X_SCALE, s, torch.sin(fx), torch.cos(fx), torch.sin(fs), torch.cos(fs)], dim=-1)
-        h = torch.nn.functional.silu(torch.baddbmm(b1.unsqueeze(1), h, w1.transpose(1, 2)))
+        if sigma.dim() == 0 and not torch.is_grad_enabled():
+            # one σ for the whole batch (sampling, evaluation): its features' share of the first layer
+            # is one vector per seed, added like the bias (the same sum, in another order)
+            F = len(self.freq)
+            s = sigma.to(DTYPE).reshape(1, 1)
+            fs = s * self.freq / 2
+            sigma_part = torch.cat([s, torch.sin(fs), torch.cos(fs)], dim=-1)  # [1, 1 + 2F]
+            x_cols = [0, *range(2, 2 + 2 * F)]
+            s_cols = [1, *range(2 + 2 * F, 2 + 4 * F)]
+            bias = torch.baddbmm(b1.unsqueeze(1), sigma_part.expand(len(w1), 1, 1 + 2 * F), w1[:, :, s_cols].transpose(1, 2))
+            h = torch.cat([x / X_SCALE, torch.sin(fx), torch.cos(fx)], dim=-1)
+            h = torch.nn.functional.silu(torch.baddbmm(bias, h, w1[:, :, x_cols].transpose(1, 2)))
+        else:
+            s = torch.broadcast_to(sigma.to(DTYPE).unsqueeze(-1), x.shape)
+            fs = s * self.freq / 2
+            h = torch.cat([x / X_SCALE, s, torch.sin(fx), torch.cos(fx), torch.sin(fs), torch.cos(fs)], dim=-1)
+            h = torch.nn.functional.silu(torch.baddbmm(b1.unsqueeze(1), h, w1.transpose(1, 2)))
         h = torch.nn.functional.silu(torch.baddbmm(b2.unsqueeze(1), h, w2.transpose(1, 2)))
+        if not torch.is_grad_enabled():  # one output: a dot product per sample beats a matmul of width 1
+            return (h * w3).sum(-1) + b3
         return torch.baddbmm(b3.unsqueeze(1), h, w3.transpose(1, 2)).squeeze(-1)
 
     def snapshot(self) -> list[torch.Tensor]:
@@ -200,8 +227,9 @@ class BatchedTrainer:
         sigma = self.sigmas[t]
         if exact is None:
             with torch.no_grad():
-                exact = self.cell.mixture.velocity(x, torch.broadcast_to(sigma, x.shape))
-        return exact + self.net.forward(x, torch.broadcast_to(sigma, x.shape), params).to(torch.float64)
+                exact = self.cell.mixture.velocity(x, sigma)
+        return exact + self.net.forward(x, sigma if sigma.dim() == 0 else torch.broadcast_to(sigma, x.shape),
+                                        params).to(torch.float64)
 
     # ------------------------------------------------------------------ one iteration
 
@@ -221,8 +249,8 @@ class BatchedTrainer:
         states, log_probs, exact = [x], [], []
         for t in range(T, 0, -1):
             sigma = self.sigmas[t]
-            v_star = self.cell.mixture.velocity(x, torch.broadcast_to(sigma, x.shape))
-            v = v_star + self.net.forward(x, torch.broadcast_to(sigma, x.shape)).to(torch.float64)
+            v_star = self.cell.mixture.velocity(x, sigma)
+            v = v_star + self.net.forward(x, sigma).to(torch.float64)
             x_next, _, _, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma.expand(S * B),
                                         self.sigmas[t - 1].expand(S * B), self.cell.noise_level,
                                         noise(t).reshape(-1, 1))
@@ -366,7 +394,7 @@ class BatchedTrainer:
                     noise = torch.from_numpy(hashed_normal(chunk, np.full(n, t), 1)).view(1, n).expand(S, n)
                     noise = noise.reshape(-1, 1)
                 x_next, _, _, _ = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), self.sigmas[t].expand(S * n),
-                                           self.sigmas[t - 1].expand(S * n), noise_level, noise)
+                                           self.sigmas[t - 1].expand(S * n), noise_level, noise, with_log_prob=False)
                 x = x_next.view(S, n)
             r = self.rewards(x).numpy()  # [S, n, m]
             values = np.concatenate([r, r @ self.lam[:, None]], axis=2)

@@ -15,6 +15,7 @@ def sde_step(
     noise_level: float,
     noise: torch.Tensor | None = None,
     prev_sample: torch.Tensor | None = None,
+    with_log_prob: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """E1 of METHOD.md: the Gaussian transition x_σ → x_σ' of the flow SDE with noise level a.
 
@@ -27,7 +28,7 @@ def sde_step(
     log-probability instead of sampling. Returns ``(x_next, mean, std, log_prob)`` with
     ``std`` [B] and ``log_prob`` [B] the Gaussian log-density averaged over the non-batch
     dimensions (Flow-GRPO's convention). With ``noise_level = 0`` the step is Euler,
-    ``std = 0`` and ``log_prob`` is None.
+    ``std = 0`` and ``log_prob`` is None; ``with_log_prob=False`` skips it too (sampling only).
     """
     shape = (-1,) + (1,) * (x.dim() - 1)
     sigma64 = sigma.to(torch.float64)
@@ -48,6 +49,8 @@ def sde_step(
         x_next = mean + std * noise
     else:
         x_next = prev_sample
+    if not with_log_prob:
+        return x_next, mean, std.view(-1), None
     log_prob = (
         -((x_next.detach() - mean) ** 2) / (2 * std**2) - torch.log(std) - math.log(math.sqrt(2 * math.pi))
     )

@@ -108,8 +108,7 @@ class Trainer:
         the optimizer and the EMA."""
         from accelerate import Accelerator
 
-        from recast_cli.rewards import build_scorer
-        from recast_cli.settings import build_policy
+        from recast_cli.settings import build_policy, build_reward
 
         plan, cfg = self.plan, self.cfg
         fsdp_version = requested_fsdp()
@@ -126,7 +125,7 @@ class Trainer:
         self.policy = policy if policy is not None else build_policy(plan.setting.policy, device=str(self.acc.device))
         self.T = self.policy.T
         self.scorers = scorers if scorers is not None else \
-            [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
+            [build_reward(plan.setting.policy, name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
         transformer = self.policy.network
         if cfg.gradient_checkpointing:  # diffusers' own: each block's activations recomputed in the backward
             if not getattr(transformer, "_supports_gradient_checkpointing", False):

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 EXAMPLE := pipelines/examples/gmm1d-exact-alpha2.parquet
 DEMO   := artifacts/demo
 
-.PHONY: setup test demo bench example gpu-preflight clean all
+.PHONY: setup test demo bench example gpu-preflight fetch clean all
 
 setup: $(STAMP)
 
@@ -21,7 +21,7 @@ endif
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[api,rewards,test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[api,rewards,test,wandb]'
 	touch $@
 
 # ImageReward and HPSv3 pin transformers 4.x: their published packages live in side package
@@ -80,6 +80,12 @@ gpu-preflight: $(STAMP)
 	    $(BIN)/recast preflight --setting pipelines/$$s.toml --scale full --random-weights \
 	        --out $(PREFLIGHT)/$$s || status=1; \
 	done; exit $$status
+
+# Download what a setting needs (docs/fetch.md): its Hub models into the HF cache, its pinned prompt
+# files into its data paths; the size first, resumable. FETCH_FLAGS=--trust-unpinned for files whose
+# sha256 is not pinned yet (recast_cli/fetch/sources.py).
+fetch: $(STAMP)
+	$(BIN)/recast fetch $(SETTING) $(FETCH_FLAGS)
 
 # Regenerate the shipped example: the exact gain table of the analytic gmm1d world (α = 2, T = 25).
 example: $(STAMP)

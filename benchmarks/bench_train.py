@@ -78,7 +78,7 @@ def build_trainer(prompts: int, group_size: int, micro_batch: int | None, out: P
     sets = ([f"micro_batch={micro_batch}"] if micro_batch else []) + (["compile=true"] if compile else [])
     cfg = apply_overrides(cfg, sets, {"prompts_per_step": prompts, "group_size": group_size})
     plan = plan_run(s, cfg, "static", out, False, None, "cpu")
-    return Trainer(plan, quiet=True, tensorboard=False)
+    return Trainer(plan, quiet=True, loggers=False)
 
 
 def run_eager(tr: Trainer, fn):

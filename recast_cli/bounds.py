@@ -41,7 +41,7 @@ BOUNDS: dict[str, Bound] = {
     "seed": Bound(0, 2**32 - 1, "every --seed; [train] seed, [evaluate] seed, [study] seeds"),
     "steps": Bound(1, 10_000, "sampling and grid steps T: [policy] steps, [evaluate] steps, [study] estimate_steps; "
                             "--steps of estimate, sample, sample-positive, solve-w"),
-    "images_per_prompt": Bound(1, IMAGE_STRIDE, "sample, sample-positive and evaluate --n; [evaluate] n"),
+    "images_per_prompt": Bound(1, IMAGE_STRIDE, "sample, sample-positive and evaluate --n; [evaluate] n; [study] eval_n"),
     "draws": Bound(1, IMAGE_STRIDE, "sample-positive --draws (π^old draws per prompt S)"),
     "positives_per_prompt": Bound(1, 10_000, "estimate --n (N); [study] n"),
     "rollouts": Bound(1, 10_000, "estimate --k (K); [study] k"),
@@ -59,10 +59,11 @@ BOUNDS: dict[str, Bound] = {
     "checkpoint": Bound(0, 1_000_000, "evaluate --checkpoint"),
     "save_every": Bound(1, 1_000_000, "train --save-every, [train] save_every"),
     "keep_checkpoints": Bound(1, 1000, "[train] keep_checkpoints"),
-    "group_size": Bound(2, 1024, "train --group-size, [train] group_size (G: advantages need two images)"),
+    "group_size": Bound(2, 1024, "train --group-size, [train] group_size, [study] group_sizes (G: advantages need two images)"),
     "prompts_per_step": Bound(1, 4096, "train --prompts-per-step, [train] prompts_per_step"),
     "updates_per_step": Bound(1, 1000, "[train] updates_per_step"),
     "lora_rank": Bound(0, 4096, "[train] lora_rank (0: full fine-tuning)"),
+    "log_images_every": Bound(0, 1_000_000, "[train] log_images_every (0: no sample grids)"),
     "skip_clean": Bound(0, 9999, "solve-w --skip-clean"),
     "grid_prompts": Bound(0, 100, "report --prompts (prompts per sample grid)"),
     "quality_images": Bound(1, 1000, "toy quality --n (images per prompt, all held at once)"),
@@ -72,6 +73,7 @@ BOUNDS: dict[str, Bound] = {
                            "tries per request"),
     "max_pixels": Bound(1, 2**28, "serve-reward --max-pixels (pixels per image)"),
     "connections": Bound(1, 4096, "serve-reward --max-connections (one thread each)"),
+    "study_seeds": Bound(1, 65_536, "study --seeds (seeds per cell, trained as one batch)"),
 }
 
 

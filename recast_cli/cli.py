@@ -27,7 +27,8 @@ out = Console()
 
 #: ``recast --help`` lists the commands in the order of the pipeline, then the tools.
 COMMAND_ORDER = ("sample-positive", "estimate", "merge", "compare-gains", "solve-w", "train", "evaluate", "report",
-                 "study-makefile", "check-setting", "preflight", "inspect", "plot", "sample", "tiny-model", "score", "serve-reward",
+                 "study-makefile", "study", "check-setting", "fetch", "preflight", "inspect", "plot", "sample", "tiny-model",
+                 "score", "serve-reward",
                  "judge", "toy")
 
 
@@ -131,13 +132,17 @@ from recast_cli.solve.commands import register as register_solve  # noqa: E402
 from recast_cli.train.commands import register as register_train  # noqa: E402
 from recast_cli.evaluate.commands import register as register_evaluate  # noqa: E402
 from recast_cli.report.commands import register as register_report  # noqa: E402
+from recast_cli.inspect.commands import register as register_inspect  # noqa: E402
+from recast_cli.batched.commands import register as register_study  # noqa: E402
 from recast_cli.setting_commands import register as register_setting  # noqa: E402
+from recast_cli.fetch.commands import register as register_fetch  # noqa: E402
 from recast_cli.policy.commands import register as register_policy  # noqa: E402
 from recast_cli.rewards.commands import register as register_rewards  # noqa: E402
 from recast_cli.toy.commands import register as register_toy  # noqa: E402
 
 for register in (register_positives, register_estimate, register_solve, register_train, register_evaluate,
-                 register_report, register_setting, register_policy, register_rewards,
+                 register_report, register_inspect, register_study, register_setting, register_fetch, register_policy,
+                 register_rewards,
                  register_toy):
     register(app)
 

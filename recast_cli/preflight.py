@@ -68,9 +68,11 @@ def config_folder(setting, scale: str) -> tuple[Path | None, str]:
                        f"setting, smoke-test it on `recast tiny-model --family {spec.kind}` (README, Tiny models)")
     if scale == "tiny":
         return None, "the recast tiny-model sd3 architecture"
-    if spec.path is not None and (Path(spec.path) / "model_index.json").is_file():
-        return Path(spec.path), f"the model folder {spec.path}"
-    return SHIPPED["sd3"], f"the shipped configs {SHIPPED['sd3'].relative_to(PIPELINES.parent)} (no model folder at {spec.path})"
+    folder = spec.folder(required=False)
+    if folder is not None and (folder / "model_index.json").is_file():
+        return folder, f"the model folder {folder}"
+    return SHIPPED["sd3"], (f"the shipped configs {SHIPPED['sd3'].relative_to(PIPELINES.parent)} "
+                            f"(no model folder at {spec.model_name()})")
 
 
 def _module(folder: Path, name: str, empty: Callable[[], Any]):
@@ -312,7 +314,7 @@ def _fits(phases: dict[str, Any]) -> bool | None:
 
 def _estimate_budget(setting) -> tuple[int, int, int, int, int | None]:
     """(T, N, K, rollout batch, P) of the setting's estimate: its ``[study]``, else ``recast estimate``'s defaults."""
-    from recast_cli.estimate.stage import EstimateConfig
+    from recast_cli.estimate.config import EstimateConfig
     from recast_cli.study import load_study
 
     defaults = EstimateConfig(policy="", rewards=())

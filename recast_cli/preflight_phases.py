@@ -116,7 +116,7 @@ def estimate_phase(bench: Bench, rewards: int, steps: int, N: int, K: int, batch
                    prompts_total: int | None) -> dict[str, Any]:
     """One rollout batch of ``recast estimate`` at T = ``steps``, N, K (halved on out-of-memory)."""
     from recast_cli.estimate.rollouts import RolloutPlan, noised_starts, score_endpoints
-    from recast_cli.estimate.stage import EstimateConfig
+    from recast_cli.estimate.config import EstimateConfig
     from recast_cli.seeds import renderer_seeds
     from recast_cli.toy.renderer import render_batch
 
@@ -174,7 +174,7 @@ def train_phase(bench: Bench, cfg, compile_: bool) -> dict[str, Any]:
             plan = Plan(bench.setting, one, weights, "static", list(bench.prompts), Path(tmp) / "run", None, None,
                         str(bench.device), trained_steps(policy.T, cfg.train_fraction), run_noise_level(one, spec))
             try:
-                with Trainer(plan, quiet=True, tensorboard=False, policy=policy,
+                with Trainer(plan, quiet=True, loggers=False, policy=policy,
                              scorers=bench.stand_ins(len(cfg.rewards))) as trainer:
 
                     def work() -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, cut
+from recast_cli.hub import HubRef, cached, hub_id_of, resolve_hub
 from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
 from recast_cli.policy.world1d import DEFAULT_WORLD, World1D, world_from_table
 from recast_cli.rewards.options import reward_options as reward_tables
@@ -109,6 +110,20 @@ class PolicySpec:
     features: int = 6  # flow1d: geometric Fourier frequencies of x and σ in the residual MLP
     hidden: int = 32  # flow1d: its hidden width
     world: World1D | None = None  # gmm1d, flow1d: the setting's [world]; None: the default world (METHOD.md §4)
+    hub: HubRef | None = None  # ``path`` named a Hub repo id (and no local folder of that name exists)
+
+    def folder(self, required: bool = True) -> Path | None:
+        """The model folder: the local ``path``, or the cached snapshot of ``hub`` (recast_cli/hub.py).
+        A repo missing from the cache is BadInput naming it, or None when not ``required``."""
+        if self.hub is None:
+            return self.path
+        if not required:
+            return cached(self.hub, "diffusers")
+        return resolve_hub(self.hub, "diffusers", "[policy] path")
+
+    def model_name(self) -> str | None:
+        """How the setting names the model: the repo id (with its revision) or the local folder."""
+        return str(self.hub) if self.hub is not None else (str(self.path) if self.path is not None else None)
 
 
 @dataclass(frozen=True)
@@ -203,7 +218,9 @@ def build_reward(spec: PolicySpec, name: str, **options: Any):
 def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
     """The ``[policy]`` table as a :class:`PolicySpec` (through :func:`parse_table`, like every table):
     unknown keys, then each key's type, then ``kind`` and ``prompt_check`` against their choices;
-    ``path`` is resolved against the setting file's folder. ``world`` is no key (``[world]`` is a table)."""
+    ``path`` is resolved against the setting file's folder; one that exists nowhere there but reads as
+    a Hub repo id (``owner/name[@revision]``) becomes ``hub``, resolved from the cache when used.
+    ``world`` is no key (``[world]`` is a table)."""
 
     def typed(key: str) -> Callable[[Any], Any]:
         kind = POLICY_TYPES[key]
@@ -225,7 +242,10 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
 
     parse = {key: typed(key) for key in POLICY_TYPES}
     parse["path"] = lambda value: (path.parent / typed("path")(value)).resolve()
-    spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None}, world=None)
+    spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None}, hub=None, world=None)
+    ref = hub_id_of(table["path"], path.parent) if "path" in table else None
+    if ref is not None:  # a repo id, no local folder of that name: the cache resolves it when it is used
+        spec = replace(spec, path=None, hub=ref)
     if spec.kind not in POLICY_KINDS:  # the choices after every type check
         raise BadInput(f"{path}: [policy] kind must be one of {', '.join(POLICY_KINDS)}")
     if spec.prompt_check not in PROMPT_CHECKS:
@@ -261,9 +281,10 @@ def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None 
         from recast_cli.policy.flow1d import Flow1DPolicy
 
         return Flow1DPolicy(steps=steps, features=spec.features, hidden=spec.hidden, world=analytic_world(spec))
-    if spec.path is None:
-        raise BadInput(f"an {spec.kind} policy needs [policy] path = the model folder")
+    folder = spec.folder()
+    if folder is None:
+        raise BadInput(f"an {spec.kind} policy needs [policy] path = the model folder or a Hub repo id")
     return policy_class(spec.kind).from_pretrained(
-        spec.path, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
+        folder, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
         resolution=spec.resolution, max_sequence_length=spec.max_sequence_length, precision=spec.precision,
         device=device)

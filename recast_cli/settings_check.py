@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recast_cli.errors import BadInput
+from recast_cli.hub import hub_id_of
 from recast_cli.policy.families import IMAGE_KINDS, policy_class
 from recast_cli.evaluate.config import config_from_setting as evaluate_config
 from recast_cli.positives.config import config_from_setting as positives_config
@@ -76,7 +77,9 @@ def check_scorer(name: str, options: dict[str, Any], needed: bool) -> str:
             continue
         try:
             path = resolve(spec, given)
-        except BadInput:
+        except BadInput as exc:
+            if given is not None and hub_id_of(given) is not None:
+                raise BadInput(f"{spec.option}: {exc}") from None  # names the repo and `recast fetch`
             if given is not None:
                 raise BadInput(f"{spec.option}: {spec.what} {given} does not exist") from None
             raise BadInput(f"no {spec.what}: set {spec.option} = PATH, or ${spec.env}, or put "
@@ -245,11 +248,13 @@ def _check_policy(setting: Setting) -> str:
 
     if spec.precision not in ("auto", *PRECISIONS):
         raise BadInput(f"precision must be one of auto, {', '.join(PRECISIONS)}; got {spec.precision!r}")
-    if spec.path is None:
-        raise BadInput(f"an {spec.kind} policy needs path = the model folder")
+    folder = spec.folder()
+    if folder is None:
+        raise BadInput(f"an {spec.kind} policy needs path = the model folder or a Hub repo id")
     # the folder, its family and the resolution against its VAE and patch size, then the grid
-    _, grid = policy_class(spec.kind).folder_grid(spec.path, spec.steps, spec.resolution)
-    return f"{spec.kind} model folder {spec.path}; grid {grid.describe()}"
+    _, grid = policy_class(spec.kind).folder_grid(folder, spec.steps, spec.resolution)
+    named = f" ({spec.hub})" if spec.hub is not None else ""
+    return f"{spec.kind} model folder {folder}{named}; grid {grid.describe()}"
 
 
 def _describe_world(setting: Setting) -> str:

@@ -38,6 +38,34 @@ PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
 PATH_SOURCES = ("folder", "diffusers")
 
 
+KERNELS = ("exp", "power")
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One arm of ``recast study``: the solve-w mode and kernel, and what W is solved from (the exact
+    gains of the analytic world, or the sampled estimate at the base policy). ``label`` names it."""
+
+    mode: str
+    kernel: str
+    gains: str
+    label: str
+
+    @classmethod
+    def parse(cls, text: str) -> ArmSpec:
+        """``MODE[:KERNEL[:GAINS]]`` → the arm, labelled by its parts joined with '-' (``recast:power`` →
+        ``recast-power``); BadInput for an unknown part."""
+        parts = text.split(":") if isinstance(text, str) else []
+        if not 1 <= len(parts) <= 3 or parts[0] not in STUDY_MODES:
+            raise BadInput(f"arm {shown(text)}: expected MODE[:KERNEL[:GAINS]] with MODE one of {', '.join(STUDY_MODES)}")
+        kernel = parts[1] if len(parts) > 1 else "exp"
+        gains = parts[2] if len(parts) > 2 else "exact"
+        if kernel not in KERNELS or gains not in STUDY_GAINS:
+            raise BadInput(f"arm {text!r}: the kernel must be one of {', '.join(KERNELS)} and the gains one of "
+                           f"{', '.join(STUDY_GAINS)}")
+        return cls(parts[0], kernel, gains, "-".join(parts))
+
+
 @dataclass(frozen=True)
 class StudySpec:
     """The sweep of one setting: budgets × seeds × modes after one static warmup (METHOD.md §6–7).
@@ -64,6 +92,11 @@ class StudySpec:
     tau: float = 1.0
     gains: str = "estimate"  # what W is solved from: the sampled estimate, or (flow1d) the exact table
     control: str | None = None  # flow1d: another flow1d setting whose study runs beside this one
+    # ``recast study`` (the batched engine of the 1-D world) only:
+    arms: tuple[str, ...] = ()  # MODE[:KERNEL[:GAINS]] each; default: the modes, kernel exp, W from ``gains``
+    group_sizes: tuple[int, ...] = ()  # G per cell at [train]'s G × prompts_per_step rollouts; default [train]'s
+    eval_n: int | None = None  # evaluation samples per checkpoint; default [evaluate] n
+    learning_rates: tuple[tuple[str, float], ...] = ()  # arm label → its learning rate (default [train]'s)
 
     @staticmethod
     def label(budget: tuple[float, ...]) -> str:
@@ -74,6 +107,12 @@ class StudySpec:
     def lambda_arg(budget: tuple[float, ...]) -> str:
         """A budget as ``--lambda`` takes it: (1, 1, 1, 2) → ``1,1,1,2``."""
         return ",".join(f"{x:g}" for x in budget)
+
+    def arm_specs(self) -> tuple[ArmSpec, ...]:
+        """The arms ``recast study`` trains: ``arms``, or every mode with the exp kernel and W from ``gains``."""
+        if self.arms:
+            return tuple(ArmSpec.parse(a) for a in self.arms)
+        return tuple(ArmSpec(mode, "exp", self.gains, mode) for mode in self.modes)
 
     def positives_path(self) -> Path | None:
         """The folder of a ``folder:DIR`` / ``diffusers:PATH`` source (already resolved), else None."""
@@ -143,7 +182,33 @@ def load_study(setting: Setting) -> StudySpec:
     def unknown(keys: list[str], allowed: list[str]) -> str:
         return f"{where}: unknown key {', '.join(sorted(keys))}; allowed: {', '.join(sorted(allowed))}"
 
-    parse = {"budgets": budgets, "seeds": seeds, "modes": modes,
+    def arms(value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise BadInput(f"{where} arms must be a non-empty list of \"MODE[:KERNEL[:GAINS]]\" strings")
+        labels = [ArmSpec.parse(v).label for v in value]
+        if len(set(labels)) != len(labels):
+            raise BadInput(f"{where} arms lists an arm twice")
+        if setting.policy.kind != "flow1d":
+            raise BadInput(f"{where} arms are for recast study, the batched engine of the 1-D world (flow1d)")
+        return tuple(value)
+
+    def group_sizes(value: Any) -> tuple[int, ...]:
+        sizes = _int_list(value, f"{where} group_sizes")
+        if not sizes or len(set(sizes)) != len(sizes):
+            raise BadInput(f"{where} group_sizes must be distinct integers, got {shown(value)}")
+        for i, g in enumerate(sizes):
+            bounds.check("group_size", g, f"{where} group_sizes[{i}]")
+            if g < 2:
+                raise BadInput(f"{where} group_sizes[{i}] = {g}: a group needs at least 2 samples")
+        return tuple(sizes)
+
+    def learning_rates(value: Any) -> tuple[tuple[str, float], ...]:
+        if not isinstance(value, dict) or not value:
+            raise BadInput(f"{where} learning_rates must be a table of arm label = learning rate")
+        return tuple((str(k), _positive(v, f"{where} learning_rates.{k}")) for k, v in value.items())
+
+    parse = {"budgets": budgets, "seeds": seeds, "modes": modes, "arms": arms, "group_sizes": group_sizes,
+             "eval_n": lambda v: bounds.check("images_per_prompt", v, f"{where} eval_n"), "learning_rates": learning_rates,
              **{key: (lambda v, key=key, kind=kind: bounds.check(kind, v, f"{where} {key}"))
                 for key, kind in (("warmup_steps", "warmup_steps"), ("estimate_steps", "steps"),
                                   ("n", "positives_per_prompt"), ("k", "rollouts"), ("p", "prompts"))},

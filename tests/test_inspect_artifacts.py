@@ -84,7 +84,7 @@ def write_evaluation(path: Path) -> Path:
 
 def write_metrics(run: Path, steps: range) -> Path:
     """Two rewards per step; reward_mean of toy_shape at the first step is NaN (a step whose images all failed)."""
-    log = MetricsLog(run, config={"train": {"seed": 3}}, tensorboard=False)
+    log = MetricsLog(run, config={"train": {"seed": 3}})
     for step in steps:
         per_reward = {r: {"reward_mean": 0.1 * step + i if (r, step) != ("toy_shape", steps[0]) else math.nan,
                           "reward_std": 0.01, "adv_abs": [0.1, 0.2]} for i, r in enumerate(REWARDS)}
@@ -148,12 +148,14 @@ def world(tmp_path_factory) -> dict:
 
 
 def test_every_tag_is_owned_by_artifacts_and_read_through_readers():
-    from recast_cli.inspect import INSPECT_READERS
+    from recast_cli.inspect import KINDS
     from recast_cli.train.plan import RUN_SCHEMA as PLAN_RUN_SCHEMA
 
     assert (CHECKPOINT_SCHEMA, RUN_SCHEMA) == (ckpt.CHECKPOINT_SCHEMA, PLAN_RUN_SCHEMA)
     assert {IMAGE_SCORES_SCHEMA, JUDGEMENTS_SCHEMA, RUN_SCHEMA} <= set(READERS)
-    assert set(INSPECT_READERS) == set(READERS) | {CHECKPOINT_SCHEMA}
+    assert [k.tag for k in KINDS] == list(dict.fromkeys(k.tag for k in KINDS))  # one row per tag
+    assert len({k.name for k in KINDS}) == len(KINDS)
+    assert {k.tag for k in KINDS} == set(READERS) | {CHECKPOINT_SCHEMA}
     assert dict(FOLDER_MARKERS)["run.json"] == RUN_SCHEMA
     assert dict(FOLDER_MARKERS)["manifest.json"] == CHECKPOINT_SCHEMA
 

@@ -126,7 +126,7 @@ def write_run(folder: Path, setting: Path, mode: str, budget: tuple, seed: int) 
               "config": {"setting": str(setting), "train": {"seed": seed}}, "rewards": list(REWARDS),
               "lambda": list(budget), "mode": mode, "sigmas": SIGMAS}
     (run / "run.json").write_text(json.dumps(record))
-    log = MetricsLog(run, config={}, tensorboard=False)
+    log = MetricsLog(run, config={})
     for step in range(1, 4):
         per_reward = {r: {"reward_mean": 0.1 * step, "reward_std": 0.01, "adv_abs": [0.1] * 4} for r in REWARDS}
         scalars = {"aggregate": aggregate(mode, budget, seed) * step / 3, "loss": 0.0, "policy_loss": 0.0, "kl": 0.0,

@@ -48,6 +48,7 @@ from recast_cli.artifacts.evaluation import (
 from recast_cli.artifacts.curve import (
     CURVE_COLUMNS, CURVE_RUN_KEYS, CURVE_SAMPLERS, CURVE_SCHEMA, CurveTable, read_curve, validate_curve, write_curve,
 )
+from recast_cli.artifacts.cells import CELL_COLUMNS, CELL_SCHEMA, CellTable, read_cell, validate_cell, write_cell
 from recast_cli.artifacts.run import (
     CHECKPOINT_SCHEMA, RECORD_NAME, RUN_SCHEMA, RunRecord, RunRecordError, latest_checkpoint, list_checkpoints,
     read_run, step_dir, write_run,
@@ -75,6 +76,7 @@ __all__ = [
     "read_positives", "write_positives_manifest", "EVAL_COLUMNS", "EVAL_KINDS", "EVAL_MODES", "EVAL_RUN_KEYS",
     "EVAL_SCHEMA", "EvalImage", "EvalTable", "read_eval", "validate_eval", "write_eval", "CURVE_COLUMNS",
     "CURVE_RUN_KEYS", "CURVE_SAMPLERS", "CURVE_SCHEMA", "CurveTable", "read_curve", "validate_curve", "write_curve",
+    "CELL_COLUMNS", "CELL_SCHEMA", "CellTable", "read_cell", "validate_cell", "write_cell",
     "CHECKPOINT_SCHEMA", "RECORD_NAME", "RUN_SCHEMA", "RunRecord", "RunRecordError", "latest_checkpoint",
     "list_checkpoints", "read_run", "step_dir", "write_run", "FOLDER_MARKERS", "READERS", "artifact_kind",
     "artifact_schema", "METRICS_SCHEMA", "read_metrics", "write_metrics", "bad_piece", "finish_parts", "open_parts",

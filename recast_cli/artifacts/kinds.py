@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recast_cli.artifacts.curve import CURVE_SCHEMA, read_curve
+from recast_cli.artifacts.cells import CELL_SCHEMA, read_cell
 from recast_cli.artifacts.evaluation import EVAL_SCHEMA, read_eval
 from recast_cli.artifacts.gains import GAINS_SCHEMA, read_gains
 from recast_cli.artifacts.image_scores import IMAGE_SCORES_SCHEMA, read_image_scores
@@ -104,6 +105,7 @@ READERS: dict[str, Callable[[Path], Any]] = {
     POSITIVES_SCHEMA: _positives,
     EVAL_SCHEMA: read_eval,
     CURVE_SCHEMA: read_curve,
+    CELL_SCHEMA: read_cell,
     RUN_SCHEMA: read_run,
     METRICS_SCHEMA: read_metrics,
     IMAGE_SCORES_SCHEMA: read_image_scores,

@@ -50,11 +50,11 @@ def estimate_command(
                                                           "goes to OUT-alpha{α}.parquet."),
 ) -> None:
     """Stage 1: Rényi gain curves per reward and step (E3-E8) to Parquet."""
-    from recast_cli.estimate import stage
+    from recast_cli.estimate import config, stage
 
-    opts = stage.GainOptions(alphas=stage.parse_alphas(alpha), beta=beta, standardise=standardise,
+    opts = config.GainOptions(alphas=config.parse_alphas(alpha), beta=beta, standardise=standardise,
                              monotone=monotone, bootstrap=bootstrap, jackknife=jackknife)
-    stage.check_gain_options(opts)
+    config.check_gain_options(opts)
     outs = stage.output_paths(out_path, opts.alphas)
     if from_scores is not None:
         from recast_cli.artifacts import GAINS_SCHEMA, claim_output, read_scores
@@ -66,13 +66,13 @@ def estimate_command(
     else:
         if rewards is None:
             raise BadInput("--rewards is required (e.g. --rewards toy_color,toy_shape,toy_sharpness)")
-        cfg = stage.EstimateConfig(
+        cfg = config.EstimateConfig(
             policy=policy, rewards=tuple(r.strip() for r in rewards.split(",") if r.strip()), steps=steps, N=n, K=k,
             P=p, sampling=sampling, crn=crn, rollout_noise=rollout_noise, guidance_scale=guidance_scale, seed=seed,
             batch_size=batch_size, positives=str(positives) if positives else None,
             prompts_file=str(prompts) if prompts else None)
         if exact:
-            stage.check_config(cfg, opts)
+            config.check_config(cfg, opts)
             stage.exact_table(cfg, opts, out_path)
             written = outs
         else:
@@ -97,12 +97,12 @@ def merge_command(
 ) -> None:
     """Merge the scores of a sharded run and compute its gain tables (equal to an unsharded run)."""
     from recast_cli.artifacts import GAINS_SCHEMA, SCORES_SCHEMA, Source, claim_output, read_scores, write_scores
-    from recast_cli.estimate import stage
+    from recast_cli.estimate import config, stage
     from recast_cli.estimate.merge import describe, merge_scores
 
-    opts = stage.GainOptions(alphas=stage.parse_alphas(alpha), beta=beta, standardise=standardise,
+    opts = config.GainOptions(alphas=config.parse_alphas(alpha), beta=beta, standardise=standardise,
                              monotone=monotone, bootstrap=bootstrap, jackknife=jackknife)
-    stage.check_gain_options(opts)
+    config.check_gain_options(opts)
     outs = stage.output_paths(out_path, opts.alphas)
     merged_path = stage.scores_path(out_path)
     claim_output(merged_path, SCORES_SCHEMA, inputs=shards)

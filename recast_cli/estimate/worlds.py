@@ -10,7 +10,6 @@ folder), the positives' images and the fingerprint of a model's weights. Nothing
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,10 @@ import torch
 
 from recast_cli.artifacts import RunRecordError, Source, read_run
 from recast_cli.errors import BadInput
+from recast_cli.estimate.config import EstimateConfig
 from recast_cli.prompts import read_prompt_file
 from recast_cli.seeds import analytic_positive_seed, renderer_seeds, sir_draw_seeds, sir_rng
 
-#: ``cfg`` below is an ``estimate.stage.EstimateConfig``; it is not imported (stage imports this module).
 
 
 @dataclass
@@ -41,7 +40,7 @@ class World:
     positive_sets: int = 1  # 1: one set serves every reward; m: one set per reward
 
 
-def build_world(cfg: "EstimateConfig") -> World:
+def build_world(cfg: EstimateConfig) -> World:
     """Resolve policy, scorers, prompts and the positives of a run (BadInput names what is wrong).
 
     One builder per world: the exact analytic world (``--policy gmm1d``), its trainable version
@@ -88,7 +87,7 @@ def exact_world(policy: str) -> tuple[Any, dict, list[Source]]:
     return analytic_world(setting.policy), {"setting": str(setting.file)}, [Source.of(setting.file)]
 
 
-def _gmm1d_world(cfg: "EstimateConfig", world, setting=None) -> World:
+def _gmm1d_world(cfg: EstimateConfig, world, setting=None) -> World:
     """The exact analytic world (``--policy gmm1d``, or a gmm1d setting with its ``[world]``): exact π⁺
     draws per reward, P replicates of one "prompt"."""
     from recast_cli.policy.gmm1d import GMM1DPolicy, GMM1DReward
@@ -118,7 +117,7 @@ def _gmm1d_world(cfg: "EstimateConfig", world, setting=None) -> World:
                  sources, True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
 
 
-def _image_world(cfg: "EstimateConfig", setting, checkpoint: Path | None) -> World:
+def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
     """An image model (sd3, flux or qwenimage setting): positives from a folder or the toy renderer, or π^old-sampling
     from a prompts file; a run's LoRA when ``--policy`` names a run or checkpoint."""
     from recast_cli.rewards import build_scorer
@@ -196,9 +195,9 @@ def _image_world(cfg: "EstimateConfig", setting, checkpoint: Path | None) -> Wor
             return sets
         return [policy.encode(images.to(policy.device))]
 
-    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": str(spec.path) if spec.path else None,
+    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": spec.model_name(),
                    "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
-                   "weights_sha256": _weights_hash(spec.path), **lora_info}
+                   "weights_sha256": _weights_hash(spec.folder()), **lora_info}
     return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
                  policy_info, positives_info, sources, False, len(reward_sets) if cfg.sampling == "pplus" else 1)
 
@@ -207,7 +206,7 @@ def _image_world(cfg: "EstimateConfig", setting, checkpoint: Path | None) -> Wor
 SIR_DRAWS_PER_POSITIVE = 64
 
 
-def _flow1d_world(cfg: "EstimateConfig", setting, checkpoint: Path | None) -> World:
+def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
     """The trainable analytic world: the setting's flow1d policy (a checkpoint's residual loaded).
 
     π⁺ = π^old·exp(r/β) with the raw reward and β = 0.5, as in gmm1d. At the base policy

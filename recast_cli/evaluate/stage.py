@@ -233,7 +233,7 @@ def run_id(plan: EvalPlan, world: EvalWorld) -> str:
     """A hash of everything that decides the table: partial results of another evaluation are never mixed in."""
     spec = plan.target.setting.policy
     fixed = {
-        "model": str(spec.path), "model_files": _model_fingerprint(spec.path),
+        "model": str(spec.folder()), "model_files": _model_fingerprint(spec.folder()),
         "precision": spec.precision, "max_sequence_length": spec.max_sequence_length,
         "adapter": world.adapter.sha256 if world.adapter else None,
         "prompts": hashlib.sha256(json.dumps(plan.prompts).encode()).hexdigest(),

@@ -1,7 +1,10 @@
-"""``recast inspect``: read any artifact (``load``), summarise it as JSON (``summarise``), render it (``render``)."""
+"""``recast inspect``: read any artifact, summarise it as JSON, render it with rich.
 
-from recast_cli.inspect.load import INSPECT_READERS, load_artifact
-from recast_cli.inspect.render import render, sparkline
-from recast_cli.inspect.summarise import json_safe, summarise
+One row of :data:`~recast_cli.inspect.kinds.KINDS` per artifact kind says how: its schema tag, its
+reader (``load``), its summariser (``summarise``) and its renderer (``render``).
+"""
 
-__all__ = ["INSPECT_READERS", "json_safe", "load_artifact", "render", "sparkline", "summarise"]
+from recast_cli.inspect.kinds import KINDS, Kind, load_artifact, render, summarise
+from recast_cli.inspect.summarise import json_safe, sparkline
+
+__all__ = ["KINDS", "Kind", "json_safe", "load_artifact", "render", "sparkline", "summarise"]

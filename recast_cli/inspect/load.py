@@ -1,11 +1,10 @@
-"""Reading any artifact for ``recast inspect``: by its schema tag, or a run / checkpoint folder whole."""
+"""Reading the artifacts ``recast inspect`` shows beyond ``artifacts.READERS``: metrics, image scores and
+judgements tables with their metadata, and a run or checkpoint folder whole."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,19 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from recast_cli.artifacts import (
-    CHECKPOINT_SCHEMA,
-    READERS,
-    RUN_SCHEMA,
-    CurveTable,
-    EvalTable,
-    IMAGE_SCORES_SCHEMA,
-    JUDGEMENTS_SCHEMA,
-    GainTable,
-    Positives,
     RunRecord,
-    ScoreTable,
-    WeightMatrix,
-    artifact_schema,
     decode_metadata,
     list_checkpoints,
     read_image_scores,
@@ -33,7 +20,7 @@ from recast_cli.artifacts import (
     read_run,
 )
 from recast_cli.errors import BadInput
-from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
+from recast_cli.artifacts.metrics import read_metrics
 
 
 @dataclass(frozen=True)
@@ -69,9 +56,6 @@ class RunFolder:
     metrics: ParquetArtifact | None
 
 
-Artifact = GainTable | WeightMatrix | ScoreTable | Positives | EvalTable | CurveTable | ParquetArtifact | \
-    RunFolder | CheckpointFolder
-
 
 def _parquet_artifact(kind: str, table: pa.Table, path: Path) -> ParquetArtifact:
     return ParquetArtifact(kind, table, decode_metadata(table.schema.metadata, str(path)), path)
@@ -101,42 +85,20 @@ def load_run(folder: Path) -> RunFolder:
     found = list_checkpoints(folder)
     latest = load_checkpoint(found[-1][1]) if found else None
     metrics_path = folder / "metrics.parquet"
-    metrics = _load_metrics(metrics_path) if metrics_path.is_file() else None
+    metrics = load_metrics(metrics_path) if metrics_path.is_file() else None
     return RunFolder(folder, record, tuple(step for step, _ in found), latest, metrics)
 
 
-def _load_metrics(path: Path) -> ParquetArtifact:
+def load_metrics(path: Path) -> ParquetArtifact:
     return _parquet_artifact("metrics", read_metrics(path), path)
 
 
-def _load_image_scores(path: Path) -> ParquetArtifact:
+def load_image_scores(path: Path) -> ParquetArtifact:
     return _parquet_artifact("image-scores", read_image_scores(path), path)
 
 
-def _load_judgements(path: Path) -> ParquetArtifact:
+def load_judgements(path: Path) -> ParquetArtifact:
     return _parquet_artifact("judgements", read_judgements(path), path)
-
-
-#: What ``recast inspect`` reads, by schema tag: the readers of ``recast_cli.artifacts`` (a run
-#: folder is shown whole: its record, checkpoints and metrics), then the tags written elsewhere.
-INSPECT_READERS: dict[str, Callable[[Path], Any]] = {
-    **{tag: reader for tag, reader in READERS.items() if tag != RUN_SCHEMA},
-    METRICS_SCHEMA: _load_metrics,
-    IMAGE_SCORES_SCHEMA: _load_image_scores,
-    JUDGEMENTS_SCHEMA: _load_judgements,
-    RUN_SCHEMA: load_run,
-    CHECKPOINT_SCHEMA: load_checkpoint,
-}
-
-
-def load_artifact(path: str | os.PathLike[str]) -> Artifact:
-    """Any artifact by its schema tag (Parquet metadata, safetensors header) or its folder's marker file."""
-    tag, p = artifact_schema(path)
-    if tag is None:
-        raise BadInput(f"{p}: no 'schema' tag in its metadata; not a recast artifact")
-    if tag not in INSPECT_READERS:
-        raise BadInput(f"{p}: schema tag {tag!r} is not one recast inspect reads ({', '.join(INSPECT_READERS)})")
-    return INSPECT_READERS[tag](p)
 
 
 def _json_object(path: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,9 +14,12 @@ from rich.table import Table
 from recast_cli.grid import GridSpec
 from recast_cli.inspect.summarise import sparkline
 
+#: A kind's renderer: adds its facts to the provenance grid and returns its table (or None).
+Renderer = Callable[[dict[str, Any], Table], Table | None]
 
-def render(summary: dict[str, Any], path: str, console: Console) -> None:
-    """Print a summary as a provenance panel and a per-reward table."""
+
+def render_summary(summary: dict[str, Any], path: str, console: Console, renderer: Renderer) -> None:
+    """Print a summary as a provenance panel (common to every kind) and its kind's table (``renderer``)."""
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
@@ -33,13 +37,13 @@ def render(summary: dict[str, Any], path: str, console: Console) -> None:
         family = (summary.get("run") or {}).get("grid") if isinstance(summary.get("run"), dict) else None
         shown = f" ({GridSpec.from_json(family).describe()})" if isinstance(family, dict) else ""
         facts.add_row("grid", f"T = {summary['T']}, σ from {min(sig):.4g} to {max(sig):.4g}{shown}")
-    table = RENDERERS[summary["kind"]](summary, facts)
+    table = renderer(summary, facts)
     console.print(Panel(facts, title=f"{path}", title_align="left", expand=False))
     if table is not None:
         console.print(table)
 
 
-def _render_positives(summary: dict[str, Any], facts: Table) -> Table | None:
+def render_positives(summary: dict[str, Any], facts: Table) -> Table | None:
     """A positives folder: images per prompt, sources, reward sets (facts only)."""
     facts.add_row("images", f"{summary['images']} for {summary['prompts']} prompts "
                             f"({summary['per_prompt'][0]}–{summary['per_prompt'][1]} per prompt)")
@@ -48,7 +52,7 @@ def _render_positives(summary: dict[str, Any], facts: Table) -> Table | None:
     return None
 
 
-def _render_scores(summary: dict[str, Any], facts: Table) -> Table | None:
+def render_scores(summary: dict[str, Any], facts: Table) -> Table | None:
     """A scores table: the run, and the mean raw score per reward."""
     run = summary["run"]
     facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("run_id", "N", "K", "P", "sampling", "crn",
@@ -61,7 +65,7 @@ def _render_scores(summary: dict[str, Any], facts: Table) -> Table | None:
     return table
 
 
-def _render_gains(summary: dict[str, Any], facts: Table) -> Table | None:
+def render_gains(summary: dict[str, Any], facts: Table) -> Table | None:
     """A gain table: the run, and D_0, the peak step and the gain profile per reward."""
     run = summary["run"]
     facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("alpha", "beta", "N", "K", "P", "sampling",
@@ -79,7 +83,7 @@ def _render_gains(summary: dict[str, Any], facts: Table) -> Table | None:
     return table
 
 
-def _render_weights(summary: dict[str, Any], facts: Table) -> Table | None:
+def render_weights(summary: dict[str, Any], facts: Table) -> Table | None:
     """A weight matrix: the solve, the trained steps, the marginals, and W per reward."""
     solver = summary["solver"]
     facts.add_row("mode", f"{summary['mode']}, τ = {summary['tau']:g}")
@@ -130,7 +134,7 @@ def _stats_table(title: str, rows: list[dict[str, Any]], first: str, extra: str 
     return table
 
 
-def _render_eval(summary: dict[str, Any], facts: Table) -> Table:
+def render_eval(summary: dict[str, Any], facts: Table) -> Table:
     what = summary["evaluated"]
     setting = what.get("setting") or {}
     if isinstance(setting, dict):
@@ -158,7 +162,7 @@ def _render_eval(summary: dict[str, Any], facts: Table) -> Table:
     return table
 
 
-def _render_curve(summary: dict[str, Any], facts: Table) -> Table:
+def render_curve(summary: dict[str, Any], facts: Table) -> Table:
     what = summary["evaluated"]
     setting = what.get("setting") or {}
     if isinstance(setting, dict):
@@ -175,7 +179,17 @@ def _render_curve(summary: dict[str, Any], facts: Table) -> Table:
     return table
 
 
-def _metrics_facts(m: dict[str, Any], facts: Table) -> Table | None:
+def render_cell(summary: dict[str, Any], facts: Table) -> Table:
+    """A ``recast study`` cell: the arm and recipe, and each scorer at the last SDE point over seeds."""
+    arm = summary["arm"]
+    facts.add_row("cell", f"{arm['arm']} (mode {arm['mode']}, kernel {arm['kernel']}, W from {arm['gains']} gains), "
+                          f"λ = {summary['lambda']}, G = {summary['group_size']} × {summary['prompts_per_step']} groups")
+    facts.add_row("seeds", f"{summary['seeds']} trained {summary['training_steps']} steps; n = {summary['n']} "
+                           f"evaluation samples at {len(summary['points'])} points")
+    return _stats_table(f"over seeds at step {summary['last_sde_step']} (SDE)", summary["scorers"], "scorer")
+
+
+def render_metrics(m: dict[str, Any], facts: Table) -> Table | None:
     steps = m["steps"]
     if not steps["count"]:
         facts.add_row("steps", "none yet")
@@ -196,14 +210,14 @@ def _metrics_facts(m: dict[str, Any], facts: Table) -> Table | None:
     return table
 
 
-def _render_image_scores(summary: dict[str, Any], facts: Table) -> Table:
+def render_image_scores(summary: dict[str, Any], facts: Table) -> Table:
     facts.add_row("images", f"{summary['images']} images, {summary['prompts']} distinct prompts")
     if summary["extras"]:
         facts.add_row("extras", ", ".join(summary["extras"]))
     return _stats_table("per scorer (over images)", summary["scorers"], "scorer")
 
 
-def _render_judgements(summary: dict[str, Any], facts: Table) -> Table:
+def render_judgements(summary: dict[str, Any], facts: Table) -> Table:
     facts.add_row("pairs", f"{summary['pairs']} pairs, {summary['verdicts']} verdicts")
     if summary["labels"]:
         facts.add_row("labels", f"a = {summary['labels'][0]}, b = {summary['labels'][1]}")
@@ -226,14 +240,14 @@ def _checkpoint_rows(c: dict[str, Any], facts: Table, label: str) -> None:
         facts.add_row("state", ", ".join(f"{k}={v}" for k, v in state.items()))
 
 
-def _render_checkpoint(summary: dict[str, Any], facts: Table) -> None:
+def render_checkpoint(summary: dict[str, Any], facts: Table) -> None:
     _checkpoint_rows(summary, facts, "checkpoint")
     facts.add_row("files", f"{len(summary['files'])} in the manifest")
     if summary["run"]:
         facts.add_row("run", summary["run"])
 
 
-def _render_run(summary: dict[str, Any], facts: Table) -> Table | None:
+def render_run(summary: dict[str, Any], facts: Table) -> Table | None:
     facts.add_row("setting", str(summary["setting"]))
     copy = f" (copied to {summary['weights_file']})" if summary["weights_file"] else ""
     facts.add_row("W", f"{summary['mode']}: {summary['weights']}{copy}")
@@ -248,20 +262,5 @@ def _render_run(summary: dict[str, Any], facts: Table) -> Table | None:
     if summary["metrics"] is None:
         facts.add_row("metrics", "no metrics.parquet")
         return None
-    return _metrics_facts(summary["metrics"], facts)
+    return render_metrics(summary["metrics"], facts)
 
-
-#: One renderer per summary kind: adds its facts, returns its table (None: facts only).
-RENDERERS = {
-    "positives": _render_positives,
-    "scores": _render_scores,
-    "gains": _render_gains,
-    "weights": _render_weights,
-    "eval": _render_eval,
-    "curve": _render_curve,
-    "metrics": _metrics_facts,
-    "image-scores": _render_image_scores,
-    "judgements": _render_judgements,
-    "run": _render_run,
-    "checkpoint": _render_checkpoint,
-}

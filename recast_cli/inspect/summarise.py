@@ -1,4 +1,7 @@
-"""``recast inspect --json``: a JSON-ready summary of any artifact (schema, provenance, per-reward rows)."""
+"""``recast inspect --json``: a JSON-ready summary of any artifact (schema, provenance, per-reward rows).
+
+One ``summarise_<kind>`` per artifact kind; :data:`recast_cli.inspect.kinds.KINDS` says which reads which.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import numpy as np
 from recast_cli.artifacts import (
     PROVENANCE_KEYS,
     lambda_hat,
+    CellTable,
     CurveTable,
     EvalTable,
     JUDGEMENTS_SCHEMA,
@@ -21,7 +25,7 @@ from recast_cli.artifacts import (
 )
 from recast_cli.errors import BadInput
 from recast_cli.solve.sinkhorn import spill_share
-from recast_cli.inspect.load import Artifact, CheckpointFolder, ParquetArtifact, RunFolder
+from recast_cli.inspect.load import CheckpointFolder, ParquetArtifact, RunFolder
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -55,27 +59,6 @@ def _provenance_json(p: Provenance | None) -> dict[str, Any]:
     return p.to_metadata() if p is not None else {}
 
 
-def summarise(artifact: Artifact) -> dict[str, Any]:
-    """A JSON-serialisable description: schema, provenance, run facts and per-reward (per-scorer) rows.
-
-    NaN and infinite numbers come out as None, so ``json.dumps(..., allow_nan=False)`` takes every summary.
-    """
-    if isinstance(artifact, EvalTable):
-        summary = _summarise_eval(artifact)
-    elif isinstance(artifact, CurveTable):
-        summary = _summarise_curve(artifact)
-    elif isinstance(artifact, ParquetArtifact):
-        summary = {"metrics": _summarise_metrics, "image-scores": _summarise_image_scores,
-                   "judgements": _summarise_judgements}[artifact.kind](artifact)
-    elif isinstance(artifact, RunFolder):
-        summary = _summarise_run(artifact)
-    elif isinstance(artifact, CheckpointFolder):
-        summary = _summarise_checkpoint(artifact)
-    else:
-        summary = _summarise_estimation(artifact)
-    return json_safe(summary)
-
-
 def _meta_provenance(meta: dict[str, Any]) -> dict[str, Any]:
     """The provenance keys an artifact's metadata carries, as they are."""
     return {k: meta[k] for k in PROVENANCE_KEYS if k in meta}
@@ -100,7 +83,7 @@ def _require_table_columns(a: ParquetArtifact, columns: tuple[str, ...]) -> None
         raise BadInput(f"{a.path}: missing column(s) {', '.join(map(repr, missing))}")
 
 
-def _summarise_eval(t: EvalTable) -> dict[str, Any]:
+def summarise_eval(t: EvalTable) -> dict[str, Any]:
     meta = t.meta
     per_prompt = [sum(1 for im in t.images if im.prompt_id == pid) for pid in sorted({im.prompt_id for im in t.images})]
     summary = {
@@ -125,7 +108,7 @@ def _summarise_eval(t: EvalTable) -> dict[str, Any]:
     return summary
 
 
-def _summarise_curve(t: CurveTable) -> dict[str, Any]:
+def summarise_curve(t: CurveTable) -> dict[str, Any]:
     meta = t.meta
     return {
         **_provenance_json(t.provenance),
@@ -142,7 +125,33 @@ def _summarise_curve(t: CurveTable) -> dict[str, Any]:
     }
 
 
-def _summarise_metrics(a: ParquetArtifact) -> dict[str, Any]:
+def summarise_cell(t: CellTable) -> dict[str, Any]:
+    """A ``recast study`` cell: what it trained, and per scorer the mean ± sd over seeds at its last SDE point."""
+    meta = t.meta
+    sde = [k for k, (_, sampler) in enumerate(t.points) if sampler == "sde"]
+    last = max(sde, key=lambda k: t.points[k][0]) if sde else len(t.points) - 1
+    return {
+        **_provenance_json(t.provenance),
+        "kind": "cell",
+        "setting": meta["setting"],
+        "arm": {k: meta[k] for k in ("arm", "mode", "kernel", "gains")},
+        "lambda": meta["lambda"],
+        "rewards": list(t.rewards),
+        "group_size": meta["group_size"],
+        "prompts_per_step": meta["prompts_per_step"],
+        "seeds": len(t.seeds),
+        "training_steps": len(t.steps),
+        "n": meta["n"],
+        "points": [list(p) for p in t.points],
+        "last_sde_step": t.points[last][0],
+        "scorers": [{"scorer": name, **_stats(t.evals[:, last, j])} for j, name in enumerate(t.scorers)],
+        "clip_frac_mean": float(np.mean(t.train["clip_frac"])),
+        "gradient": meta["gradient"],
+        "engine": meta.get("engine"),
+    }
+
+
+def summarise_metrics(a: ParquetArtifact) -> dict[str, Any]:
     _require_table_columns(a, ("step", "reward", "reward_mean"))
     wanted = ("step", "reward", "reward_mean", "aggregate", "loss", "kl", "clip_frac")
     rows = a.table.select([c for c in wanted if c in a.table.column_names]).to_pylist()
@@ -174,7 +183,7 @@ def _summarise_metrics(a: ParquetArtifact) -> dict[str, Any]:
     }
 
 
-def _summarise_image_scores(a: ParquetArtifact) -> dict[str, Any]:
+def summarise_image_scores(a: ParquetArtifact) -> dict[str, Any]:
     _require_table_columns(a, ("image", "prompt", "scorer", "score"))
     scorer = a.table.column("scorer").to_pylist()
     score = a.table.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
@@ -190,7 +199,7 @@ def _summarise_image_scores(a: ParquetArtifact) -> dict[str, Any]:
     }
 
 
-def _summarise_judgements(a: ParquetArtifact) -> dict[str, Any]:
+def summarise_judgements(a: ParquetArtifact) -> dict[str, Any]:
     _require_table_columns(a, ("pair", "order"))
     stored = a.meta.get("summary")
     if not isinstance(stored, dict):
@@ -220,14 +229,14 @@ def _checkpoint_facts(c: CheckpointFolder) -> dict[str, Any]:
     }
 
 
-def _summarise_checkpoint(c: CheckpointFolder) -> dict[str, Any]:
+def summarise_checkpoint(c: CheckpointFolder) -> dict[str, Any]:
     run = c.root.parent.parent
     in_run = c.root.parent.name == "checkpoints" and (run / "run.json").is_file()
     return {"schema": c.manifest.get("schema"), "kind": "checkpoint", **_checkpoint_facts(c),
             "run": str(run) if in_run else None}
 
 
-def _summarise_run(r: RunFolder) -> dict[str, Any]:
+def summarise_run(r: RunFolder) -> dict[str, Any]:
     record = r.record
     config = record.config
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
@@ -252,52 +261,55 @@ def _summarise_run(r: RunFolder) -> dict[str, Any]:
     if len(record.sigmas) > 1:
         summary.update(T=len(record.sigmas) - 1, sigmas=list(record.sigmas))
     if r.metrics is not None:
-        metrics = _summarise_metrics(r.metrics)
+        metrics = summarise_metrics(r.metrics)
         summary["metrics"] = {k: v for k, v in metrics.items() if k not in (*PROVENANCE_KEYS, "kind")}
     return summary
 
 
-def _summarise_estimation(artifact: GainTable | WeightMatrix | ScoreTable | Positives) -> dict[str, Any]:
-    """Gain tables, weight matrices, scores tables and positives folders."""
-    if isinstance(artifact, ScoreTable):
-        scores = artifact.scores
-        rows = [{"reward": name, "mean_t0": float(np.nanmean(scores[:, :, 0, 0, i])),
-                 "mean_tT": float(np.mean(scores[:, :, -1, :, i])),
-                 "mean_rollouts": float(np.mean(scores[:, :, 1:, :, i]))}
-                for i, name in enumerate(artifact.rewards)]
-        return {**_provenance_json(artifact.provenance), "kind": "scores", "T": artifact.meta["T"],
-                "sigmas": artifact.meta["sigmas"], "run": {k: v for k, v in artifact.meta.items() if k != "sigmas"},
-                "prompts_in_file": len(artifact.prompt_ids), "rewards": rows}
-    if isinstance(artifact, Positives):
-        per_prompt = [len([s for s in artifact.samples if s.prompt_id == pid])
-                      for pid in sorted({s.prompt_id for s in artifact.samples})]
-        return {**_provenance_json(artifact.provenance), "kind": "positives", "prompts": len(per_prompt),
-                "images": len(artifact.samples), "per_prompt": [min(per_prompt), max(per_prompt)],
-                "sources": sorted({s.source for s in artifact.samples}), "reward_sets": list(artifact.rewards()),
-                "run": artifact.meta}
-    if isinstance(artifact, GainTable):
-        t = artifact
-        rows = []
-        for i, name in enumerate(t.rewards):
-            row = {
-                "reward": name,
-                "D0": float(t.D[i, 0]),
-                "total_gain": float(t.gain[i].sum()),
-                "peak_t": int(t.peak_step()[i]),
-                "gain": t.gain[i].tolist(),
-            }
-            if t.D_lo is not None and t.D_hi is not None:
-                row["D0_interval"] = [float(t.D_lo[i, 0]), float(t.D_hi[i, 0])]
-            rows.append(row)
-        return {
-            **_provenance_json(t.provenance),
-            "kind": "gains",
-            "T": t.T,
-            "sigmas": t.sigmas.tolist(),
-            "run": t.meta,
-            "rewards": rows,
+def summarise_scores(artifact: ScoreTable) -> dict[str, Any]:
+    scores = artifact.scores
+    rows = [{"reward": name, "mean_t0": float(np.nanmean(scores[:, :, 0, 0, i])),
+             "mean_tT": float(np.mean(scores[:, :, -1, :, i])),
+             "mean_rollouts": float(np.mean(scores[:, :, 1:, :, i]))}
+            for i, name in enumerate(artifact.rewards)]
+    return {**_provenance_json(artifact.provenance), "kind": "scores", "T": artifact.meta["T"],
+            "sigmas": artifact.meta["sigmas"], "run": {k: v for k, v in artifact.meta.items() if k != "sigmas"},
+            "prompts_in_file": len(artifact.prompt_ids), "rewards": rows}
+
+
+def summarise_positives(artifact: Positives) -> dict[str, Any]:
+    per_prompt = [len([s for s in artifact.samples if s.prompt_id == pid])
+                  for pid in sorted({s.prompt_id for s in artifact.samples})]
+    return {**_provenance_json(artifact.provenance), "kind": "positives", "prompts": len(per_prompt),
+            "images": len(artifact.samples), "per_prompt": [min(per_prompt), max(per_prompt)],
+            "sources": sorted({s.source for s in artifact.samples}), "reward_sets": list(artifact.rewards()),
+            "run": artifact.meta}
+
+
+def summarise_gains(t: GainTable) -> dict[str, Any]:
+    rows = []
+    for i, name in enumerate(t.rewards):
+        row = {
+            "reward": name,
+            "D0": float(t.D[i, 0]),
+            "total_gain": float(t.gain[i].sum()),
+            "peak_t": int(t.peak_step()[i]),
+            "gain": t.gain[i].tolist(),
         }
-    w = artifact
+        if t.D_lo is not None and t.D_hi is not None:
+            row["D0_interval"] = [float(t.D_lo[i, 0]), float(t.D_hi[i, 0])]
+        rows.append(row)
+    return {
+        **_provenance_json(t.provenance),
+        "kind": "gains",
+        "T": t.T,
+        "sigmas": t.sigmas.tolist(),
+        "run": t.meta,
+        "rewards": rows,
+    }
+
+
+def summarise_weights(w: WeightMatrix) -> dict[str, Any]:
     trained = np.array(w.steps) - 1
     spill = spill_share(w.W[:, trained], w.gain[:, trained])
     lam_hat = lambda_hat(w.lam)

@@ -128,12 +128,13 @@ def _resolution(setting, resolution: int | None) -> int:
         raise BadInput(f"the {setting.name} setting's policy (gmm1d) makes no images")
     if spec.resolution is not None:
         return int(spec.resolution)
+    folder = spec.folder()
     try:
-        transformer = json.loads((spec.path / "transformer" / "config.json").read_text())
-        vae = json.loads((spec.path / "vae" / "config.json").read_text())
+        transformer = json.loads((folder / "transformer" / "config.json").read_text())
+        vae = json.loads((folder / "vae" / "config.json").read_text())
         return int(transformer["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
     except (OSError, KeyError, TypeError, ValueError):
-        raise BadInput(f"cannot read the resolution of {spec.path}; give --resolution R") from None
+        raise BadInput(f"cannot read the resolution of {folder}; give --resolution R") from None
 
 
 def _summary(report, source: str) -> None:

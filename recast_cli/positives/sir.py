@@ -88,7 +88,7 @@ class SelfSource(PositiveSource):
         self.ess: dict[str, list[float]] = defaultdict(list)
 
     def identity(self) -> dict[str, Any]:
-        return {"kind": "self", "policy": {"kind": self.spec.kind, "path": str(self.spec.path),
+        return {"kind": "self", "policy": {"kind": self.spec.kind, "path": self.spec.model_name(),
                                            "steps": self.steps, "cfg": self.guidance_scale},
                 "rewards": list(self.names), "draws": self.draws, "n": self.n, "beta": self.beta,
                 "standardise": self.standardise, "noise_level": self.noise_level}

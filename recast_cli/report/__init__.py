@@ -8,7 +8,8 @@ Inputs, any mix (docs/report.md):
 * ``recast.run/1`` folders (``recast train``) → Fig. 1 from the run's W, training curves;
 * ``recast.gains/1`` tables of the base policy and of trained checkpoints → Table 6, Fig. 5;
 * ``recast.judgements/1`` files (``recast judge``) → Table 3 (position-debiased win rates);
-* ``recast.curve/1`` tables (the 1-D world) → the two-timescale study's report instead (curves.py).
+* ``recast.curve/1`` tables (the 1-D world) → the two-timescale study's report instead (curves.py);
+* ``recast.cell/1`` tables (``recast study``) → the batched study's report (cells.py).
 
 Everything is read and checked before anything is written. ``report.md`` depends only on the
 artifacts' contents — no timestamps, no absolute paths, everything sorted, numbers in fixed
@@ -16,7 +17,7 @@ formats — so regenerating it from the same artifacts gives the same bytes.
 
 The modules, each importing only the ones before it: inputs (read and check), statistics,
 tables and figures, build (the report of per-image evaluations), curves (of the 1-D world), and
-this one (write); ``commands`` holds ``recast report``, ``inspect`` (summary.py) and ``plot``.
+this one (write); ``commands`` holds ``recast report`` and ``plot`` (``recast inspect`` is the ``inspect`` package).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from recast_cli.artifacts import FIGURE_SCHEMA, REPORT_MARK, REPORT_SCHEMA, atom
 from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.report.build import Report, build_report
+from recast_cli.report.cells import ENDPOINTS, build_cell_report, is_cell_input, load_cells
 from recast_cli.report.curves import build_curve_report
 from recast_cli.report.inputs import check_inputs, is_curve_input, load_curve_inputs, load_inputs
 
@@ -52,6 +54,12 @@ def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int =
         raise BadInput(f"--out {out}: not a directory")
     bounds.check("grid_prompts", prompts, "--prompts")
     claim_output(out / REPORT_NAME, REPORT_SCHEMA, inputs=list(paths))
+    if is_cell_input(paths):  # recast study: the batched engine's cells
+        report, per_seed = build_cell_report(load_cells(paths))
+        claim_output(out / ENDPOINTS, REPORT_SCHEMA)
+        written = write_report(report, out)
+        atomic_write_bytes(out / ENDPOINTS, f"{REPORT_MARK}\n".encode() + per_seed)
+        return [*written, out / ENDPOINTS]
     if is_curve_input(paths):  # the 1-D world (flow1d): curve tables instead of per-image evaluations
         return write_report(build_curve_report(load_curve_inputs(paths)), out)
     inputs = load_inputs(paths)

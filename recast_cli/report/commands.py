@@ -1,11 +1,9 @@
-"""``recast report``, ``inspect`` and ``plot``: the Typer commands over :mod:`recast_cli.report`."""
+"""``recast report`` and ``plot``: the Typer commands over :mod:`recast_cli.report`."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -27,32 +25,6 @@ def report_command(
 
     written = make_report(inputs, out_dir, prompts=prompts)
     Console().print(f"wrote {written[0]} and {len(written) - 1} figures", highlight=False)
-
-
-def inspect_command(
-    path: Path = typer.Argument(..., help="Any artifact: a gain, scores, evaluation, metrics, image-scores or "
-                                          "judgements table (.parquet), a weight matrix (.safetensors), or a "
-                                          "positives, run or checkpoint folder."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write Fig. 1 (gains, normalised gains, W) as PNG."),
-) -> None:
-    """Show any artifact's schema, provenance and summary (per reward, per scorer, per checkpoint)."""
-    from recast_cli.inspect import load_artifact, render, summarise
-
-    if plot is not None:
-        from recast_cli.artifacts import FIGURE_SCHEMA, claim_output
-
-        claim_output(plot, FIGURE_SCHEMA, inputs=[path])
-    artifact = load_artifact(path)
-    summary = summarise(artifact)
-    if plot is not None and summary["kind"] not in ("gains", "weights"):
-        raise BadInput(f"--plot draws Fig. 1 from a gain table or a weight matrix; {path} is a {summary['kind']} artifact")
-    if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    else:
-        render(summary, str(path), out)
-    if plot is not None:
-        _write_plot(plot, title=str(path), **{summary["kind"]: artifact})
 
 
 def plot_command(
@@ -77,18 +49,13 @@ def plot_command(
         out.print(f"wrote {out_path}")
         return
     matrix = read_weights(weights) if weights is not None else None
-    _write_plot(out_path, title=" + ".join(str(p) for p in (gains, weights) if p is not None),
-                gains=table, weights=matrix)
-
-
-def _write_plot(path: Path, title: str, gains: Any = None, weights: Any = None) -> None:
     from recast_cli.report.figures import figure_from_artifacts, save_figure
 
-    save_figure(figure_from_artifacts(gains=gains, weights=weights, title=title), path)
-    out.print(f"wrote {path}")
+    save_figure(figure_from_artifacts(gains=table, weights=matrix,
+                                      title=" + ".join(str(p) for p in (gains, weights) if p is not None)), out_path)
+    out.print(f"wrote {out_path}")
 
 
 def register(app: typer.Typer) -> None:
     app.command("report")(report_command)
-    app.command("inspect")(inspect_command)
     app.command("plot")(plot_command)

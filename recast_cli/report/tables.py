@@ -225,7 +225,7 @@ def contrast_row(contrast: Contrast, decimals: int = 4) -> list[str]:
     interval = contrast.t_interval()
     wins, losses, p = contrast.sign_test()
     sd = contrast.sd
-    return [f"{MODE_LABEL[contrast.mode]} − static", str(len(contrast.diffs)), fixed(contrast.mean, decimals),
+    return [f"{MODE_LABEL.get(contrast.mode, contrast.mode)} − static", str(len(contrast.diffs)), fixed(contrast.mean, decimals),
             "—" if math.isnan(sd) else fixed(sd, decimals),
             "—" if interval is None else f"[{fixed(interval[0], decimals)}, {fixed(interval[1], decimals)}]",
             f"{wins}/{losses}", "—" if math.isnan(p) else f"{p:.3f}"]

@@ -2,6 +2,8 @@
 
 Paths are relative to the setting file, so a setting folder can be moved as a whole. Which
 options are paths is read from the scorer's module (its ``WeightSpec``s) without building it.
+A weight option that names no existing path but reads as a Hub repo id (``owner/name[@revision]``)
+stays as written: the scorer resolves it from the local HF cache (recast_cli/hub.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from recast_cli.errors import BadInput
+from recast_cli.hub import hub_id_of
 from recast_cli.rewards.weights import WeightSpec
 
 #: Scorer options that name a file but have no WeightSpec (those are found in the scorer's module).
@@ -38,8 +41,16 @@ def resolve_reward_options(name: str, options: dict[str, Any], base: Path) -> di
     # options that name a model or a JSON config file (hps `arch`): a path when it ends in .json
     paths |= {k for k, v in options.items() if k in CONFIG_OR_NAME_OPTIONS.get(name.split("@")[0], ())
               and isinstance(v, str) and v.endswith(".json")}
-    return {k: (str((base / Path(v).expanduser()).resolve()) if (k in paths or k.endswith("path")) and isinstance(v, str)
-                else v) for k, v in options.items()}
+    hub_options = {s.option for s in weight_specs(name)} if "@" not in name else set()
+
+    def resolved(key: str, value: Any) -> Any:
+        if not ((key in paths or key.endswith("path")) and isinstance(value, str)):
+            return value
+        if key in hub_options and hub_id_of(value, base) is not None:
+            return value  # a repo id: the scorer finds it in the cache
+        return str((base / Path(value).expanduser()).resolve())
+
+    return {k: resolved(k, v) for k, v in options.items()}
 
 
 def reward_options(raw: dict[str, Any], setting_file: Path) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from recast_cli.rewards.weights import WeightSpec, resolve
 PICK_WEIGHTS = WeightSpec("pick", "PickScore_v1 model folder", "weights", "RECAST_PICK_PATH",
                           "yuvalkirstain/PickScore_v1")
 PICK_PROCESSOR = WeightSpec("pick", "CLIP-ViT-H-14 processor folder", "processor", "RECAST_PICK_PROCESSOR_PATH",
-                            "laion/CLIP-ViT-H-14-laion2B-s32B-b79K")
+                            "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", folder="processor")
 PICK_DIVISOR = 26.0
 
 

@@ -20,6 +20,7 @@ from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.options import reward_options
 from recast_cli.settings import Setting, parse_table
+from recast_cli.train.loggers import LOGGERS
 
 KL_FORMS = ("exact", "flowgrpo")
 ADV_STD = ("group", "global")
@@ -72,19 +73,30 @@ class TrainConfig:
     compile: bool = False  # torch.compile the denoiser for sampling and the update
     compile_backend: str = "inductor"
     gradient_checkpointing: bool = False  # recompute each transformer block in the backward (memory for time)
+    logger: tuple[str, ...] = ("tensorboard",)  # where scalars and pictures go besides metrics.parquet (train/loggers)
+    log_images_every: int = 0  # a grid of samples to the loggers every N steps; 0: never
+    wandb_project: str = "recast"
     reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run_key(self) -> str:
         """What a resumed run must share with the run it resumes.
 
-        Everything but the step budget, the checkpoint cadence and how the denoiser executes
+        Everything but the step budget, the checkpoint cadence, how the denoiser executes
         (``compile``, ``compile_backend``: compiled kernels round differently, so a run resumed
         with another choice continues to within float rounding rather than bit for bit;
-        ``gradient_checkpointing`` recomputes the same forward in the backward).
+        ``gradient_checkpointing`` recomputes the same forward in the backward) and where the run
+        is logged besides ``metrics.parquet`` (``logger``, ``log_images_every``, ``wandb_project``).
         """
-        loose = ("max_steps", "save_every", "keep_checkpoints", "compile", "compile_backend", "gradient_checkpointing")
+        loose = ("max_steps", "save_every", "keep_checkpoints", "compile", "compile_backend", "gradient_checkpointing",
+                 "logger", "log_images_every", "wandb_project")
         fixed = {k: v for k, v in asdict(self).items() if k not in loose}
         return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate of training step ``step + 1`` (``warmup``: linear over ``warmup_steps``)."""
+        if self.lr_schedule == "warmup" and self.warmup_steps > 0:
+            return self.learning_rate * min(1.0, (step + 1) / self.warmup_steps)
+        return self.learning_rate
 
     def to_toml(self) -> str:
         lines = ["[train]"]
@@ -117,7 +129,7 @@ _TYPES = {f.name: f.type for f in fields(TrainConfig)}
 BOUND_OF = {"max_steps": "training_steps", "group_size": "group_size", "prompts_per_step": "prompts_per_step",
             "micro_batch": "batch", "sample_batch": "batch", "updates_per_step": "updates_per_step",
             "warmup_steps": "warmup_steps", "lora_rank": "lora_rank", "save_every": "save_every",
-            "keep_checkpoints": "keep_checkpoints", "seed": "seed"}
+            "keep_checkpoints": "keep_checkpoints", "seed": "seed", "log_images_every": "log_images_every"}
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -239,10 +251,15 @@ def check_config(cfg: TrainConfig) -> None:
         (0 <= cfg.ema_decay < 1, "ema_decay must lie in [0, 1)"),
         (cfg.noise_level is None or cfg.noise_level > 0, "noise_level must be > 0 (the trainer needs the SDE)"),
         (cfg.train_fraction is None or 0 < cfg.train_fraction <= 1, "train_fraction must lie in (0, 1]"),
+        (bool(cfg.wandb_project.strip()), "wandb_project must name a W&B project"),
     ]
     for ok, message in checks:
         if not ok:
             raise BadInput(message)
+    unknown = [name for name in cfg.logger if name not in LOGGERS]
+    if unknown or len(set(cfg.logger)) != len(cfg.logger):
+        what = f"unknown logger {shown(unknown[0])}" if unknown else f"a logger named twice in {list(cfg.logger)}"
+        raise BadInput(f"logger: {what}; known: {', '.join(LOGGERS)} (an empty list: metrics.parquet alone)")
     if cfg.compile:
         check_compile_backend(cfg.compile_backend)
 

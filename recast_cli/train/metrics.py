@@ -1,32 +1,33 @@
 """The trainer's metrics log: the rows of ``RUN/metrics.parquet`` (``recast.metrics/1``; its columns
 are documented with its schema in :mod:`recast_cli.artifacts.metrics`), rewritten after every
-step, and the same scalars in TensorBoard under ``RUN/tensorboard``."""
+step, and the same numbers, W and sample pictures sent to the run's loggers (``train/loggers``:
+TensorBoard under ``RUN/tensorboard``, W&B)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recast_cli.artifacts.metrics import METRICS_SCHEMA, STEP_COLUMNS, TIMING_COLUMNS, read_metrics, write_metrics
+import numpy as np
 
-__all__ = ["METRICS_SCHEMA", "STEP_COLUMNS", "TIMING_COLUMNS", "MetricsLog", "read_metrics", "step_metrics"]
+from recast_cli.artifacts.metrics import METRICS_SCHEMA, STEP_COLUMNS, TIMING_COLUMNS, read_metrics, write_metrics
+from recast_cli.train.loggers import RunLoggers
+from recast_cli.train.panels import grid_picks, is_image_batch, sample_grid, weights_heatmap
+
+__all__ = ["METRICS_SCHEMA", "STEP_COLUMNS", "TIMING_COLUMNS", "MetricsLog", "logged_scalars", "read_metrics",
+           "step_metrics"]
 
 
 class MetricsLog:
-    """Rows in memory, the Parquet file rewritten atomically after every step (rank 0 only)."""
+    """Rows in memory, the Parquet file rewritten atomically after every step (rank 0 only), and the
+    run's loggers (none by default)."""
 
-    def __init__(self, run: Path, config: dict[str, Any], tensorboard: bool = True):
+    def __init__(self, run: Path, config: dict[str, Any], loggers: RunLoggers | None = None):
         self.path = run / "metrics.parquet"
         self.config = config
         self.rows: list[dict[str, Any]] = []
-        self.writer = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # tensorboard is a dependency; a trimmed install still trains
-                SummaryWriter = None
-            if SummaryWriter is not None:
-                self.writer = SummaryWriter(log_dir=str(run / "tensorboard"))
+        self.loggers = loggers if loggers is not None else RunLoggers()
 
     def resume(self, upto_step: int) -> None:
         """Keep the rows of steps ≤ ``upto_step`` (the checkpoint a resumed run starts from)."""
@@ -37,19 +38,58 @@ class MetricsLog:
             step_adv_abs: list[float]) -> None:
         for reward, values in per_reward.items():
             self.rows.append({"step": step, "reward": reward, **values, **scalars, "step_adv_abs": step_adv_abs})
-        if self.writer is not None:
-            for name, value in scalars.items():
-                self.writer.add_scalar(f"train/{name}", value, step)
-            for reward, values in per_reward.items():
-                self.writer.add_scalar(f"reward/{reward}", values["reward_mean"], step)
-            self.writer.flush()
+        if self.loggers:
+            self.loggers.scalars(step, logged_scalars(per_reward, scalars))
 
     def write(self) -> None:
         write_metrics(self.path, self.rows, self.config)
 
+    def log_weights(self, step: int, W: np.ndarray, rewards: Sequence[str], trained: int) -> None:
+        """W as a heatmap (``weights/W``), once per start of the run."""
+        if self.loggers:
+            self.loggers.drawn("the W heatmap", lambda: self.loggers.image(
+                step, "weights/W", weights_heatmap(W, rewards, trained),
+                f"T'·W: {len(rewards)} rewards × {W.shape[1]} steps, T' = {trained} trained"))
+
+    def log_samples(self, step: int, decode: Callable, final: Any, prompts: Sequence[str], rewards: Any,
+                    names: Sequence[str], group_size: int) -> None:
+        """This process's samples of ``step``: the first image of each group in a grid under its prompt and
+        scores (``samples``); samples that are not images (the 1-D worlds) as a histogram (``samples/x0``).
+
+        ``final``: the final states x_0 [B, …]; ``decode``: the policy's; ``rewards``: [B, m]."""
+        if self.loggers:
+            self.loggers.drawn(f"the samples of step {step}",
+                               lambda: self._samples(step, decode, final, prompts, rewards, names, group_size))
+
+    def _samples(self, step: int, decode: Callable, final: Any, prompts: Sequence[str], rewards: Any,
+                 names: Sequence[str], group_size: int) -> None:
+        import torch
+
+        picks = grid_picks(len(prompts), group_size)
+        with torch.no_grad():
+            decoded = decode(final[picks])
+            if not is_image_batch(decoded):
+                self.loggers.histogram(step, "samples/x0", decode(final).float().cpu().numpy().ravel())
+                return
+        scores = np.asarray(rewards[picks], dtype=np.float64)
+        chosen = [prompts[k] for k in picks]
+        caption = "\n".join(f"{p} | " + ", ".join(f"{n} {v:.4g}" for n, v in zip(names, row))
+                             for p, row in zip(chosen, scores))
+        self.loggers.image(step, "samples", sample_grid(decoded.float().cpu().numpy(), chosen, scores, names), caption)
+
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        self.loggers.close()
+
+
+def logged_scalars(per_reward: dict[str, dict[str, Any]], scalars: dict[str, Any]) -> dict[str, float]:
+    """The scalars of one step under their logger names: ``train/NAME`` for every step scalar (aggregate,
+    losses, KL, clip fraction, grad norm, lr, images, the seconds of each phase), ``reward/NAME`` the
+    mean of reward NAME and ``reward_std/NAME`` its standard deviation over the step's images."""
+    values = {f"train/{name}": float(value) for name, value in scalars.items()}
+    for reward, row in per_reward.items():
+        values[f"reward/{reward}"] = float(row["reward_mean"])
+        values[f"reward_std/{reward}"] = float(row["reward_std"])
+    return values
 
 
 def step_metrics(cfg, W, lam, trained: int, all_rewards, adv, stats: dict[str, float], lr: float, *,
@@ -59,8 +99,6 @@ def step_metrics(cfg, W, lam, trained: int, all_rewards, adv, stats: dict[str, f
     ``adv_abs`` of reward i at step t is the mean |T'·W_{i,t}·A_i| (its share of E13's A_t);
     ``step_adv_abs`` the mean |A_t| after clipping; ``aggregate`` Σ_i λ_i·mean r_i.
     """
-    import numpy as np
-
     from recast_cli.train.objective import step_advantages
 
     means = all_rewards.mean(dim=0).numpy()

@@ -168,7 +168,7 @@ def scheduler_grid(spec) -> tuple[np.ndarray, GridSpec]:
         return GridSpec("linear").sigmas(spec.steps)[::-1].copy(), GridSpec("linear")
     from recast_cli.policy.families import policy_class
 
-    sigmas, grid = policy_class(spec.kind).folder_grid(spec.path, spec.steps, spec.resolution)
+    sigmas, grid = policy_class(spec.kind).folder_grid(spec.folder(), spec.steps, spec.resolution)
     return sigmas[::-1].copy(), grid
 
 

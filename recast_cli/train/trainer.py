@@ -40,6 +40,7 @@ from recast_cli.errors import BadInput
 from recast_cli.prompts import prompt_stream
 from recast_cli.seeds import train_seeds, update_rng
 from recast_cli.train import checkpoint as ckpt
+from recast_cli.train.loggers import start_loggers
 from recast_cli.train.metrics import MetricsLog, step_metrics
 from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
 from recast_cli.train.params import Parameters
@@ -69,7 +70,6 @@ class RunLock(FolderLock):
         super().__init__(folder, "another recast train")
 
 
-
 class Trainer:
     """The engine (policy, rewards, trained parameters, optimizer over one, DDP or FSDP processes) and,
     while open, the run it writes: ``with Trainer(plan) as trainer: trainer.train()``.
@@ -82,16 +82,17 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up: the engine, then the run
 
-    def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, tensorboard: bool = True,
+    def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, loggers: bool = True,
                  policy=None, scorers=None):
         """Build the engine of ``plan`` (:meth:`build_engine`); nothing is written until :meth:`open`.
 
         ``policy`` and ``scorers`` given are used as built (``recast preflight``: a random-weight
-        pipeline and stand-in rewards); by default the setting's are built."""
+        pipeline and stand-in rewards); by default the setting's are built. ``loggers`` False: the
+        run writes ``metrics.parquet`` alone, whatever ``[train] logger`` lists."""
         self.plan = plan
         self.cfg = plan.cfg
         self.quiet = quiet
-        self.tensorboard = tensorboard
+        self.use_loggers = loggers
         self.trained_steps = plan.trained_steps
         self.W = torch.as_tensor(plan.weights.W, dtype=torch.float64)
         self.lam = np.asarray(plan.cfg.lam, dtype=np.float64)
@@ -158,13 +159,18 @@ class Trainer:
 
     def open(self) -> None:
         """Open the run: the folder, locked (rank 0: started, or restarted if it never saved a checkpoint),
-        the metrics log (rank 0), and the checkpoint a resumed run continues from (every process)."""
+        the metrics log and its loggers (rank 0; W sent to them), and the checkpoint a resumed run
+        continues from (every process)."""
         try:
             if self.rank == 0:
                 self._open_folder()
-                self.metrics = MetricsLog(self.run, self.config_record(), tensorboard=self.tensorboard)
+                loggers = start_loggers(self.cfg.logger, self.run, self.cfg.wandb_project, self.config_record()) \
+                    if self.use_loggers else None
+                self.metrics = MetricsLog(self.run, self.config_record(), loggers)
             if self.plan.resume_from is not None:
                 self._restore(self.plan.resume_from)
+            if self.metrics is not None:
+                self.metrics.log_weights(self.iteration, self.W.numpy(), self.cfg.rewards, len(self.trained_steps))
         except BaseException:
             self.close()
             raise
@@ -221,7 +227,7 @@ class Trainer:
         """One iteration (training step ``iteration + 1``): sample, score, advantages, update; returns the
         metrics row material."""
         iteration = self.iteration
-        lr = self.learning_rate(iteration)
+        lr = self.cfg.learning_rate_at(iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         t0 = time.perf_counter()
@@ -232,6 +238,10 @@ class Trainer:
         stats = self.update(batch, adv_t, iteration)
         t2 = time.perf_counter()
         self.iteration = iteration + 1
+        every = self.cfg.log_images_every
+        if self.metrics is not None and every and self.iteration % every == 0:  # rank 0's own groups
+            self.metrics.log_samples(self.iteration, self.policy.decode, batch.states[:, -1], batch.prompts,
+                                     batch.rewards, self.cfg.rewards, self.cfg.group_size)
         return step_metrics(self.cfg, self.W, self.lam, len(self.trained_steps), all_rewards, adv, stats, lr,
                             sample_s=t1 - t0, update_s=t2 - t1)
 
@@ -385,11 +395,6 @@ class Trainer:
             raise BadInput(f"training stopped at step {step + 1}: {what} became non-finite (inf or nan); nothing of "
                            "that step was saved, earlier checkpoints are kept; lower learning_rate or check the "
                            "rewards, then resume or restart")
-
-    def learning_rate(self, step: int) -> float:
-        if self.cfg.lr_schedule == "warmup" and self.cfg.warmup_steps > 0:
-            return self.cfg.learning_rate * min(1.0, (step + 1) / self.cfg.warmup_steps)
-        return self.cfg.learning_rate
 
     def local_groups(self) -> range:
         per = self.cfg.prompts_per_step // self.world

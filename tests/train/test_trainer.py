@@ -39,7 +39,7 @@ def base_config(setting: Path) -> TrainConfig:
 def make_trainer(setting: Path, cfg: TrainConfig, run: Path, resume: bool = False, init: str | None = None) -> Trainer:
     """A trainer of a static-W run, built; ``with make_trainer(...) as trainer`` opens the run."""
     plan = plan_run(load_setting(str(setting)), cfg, "static", run, resume, init, "cpu")
-    return Trainer(plan, quiet=True, tensorboard=False)
+    return Trainer(plan, quiet=True, loggers=False)
 
 
 def all_pairs(trainer: Trainer, B: int, steps) -> np.ndarray:

@@ -1,0 +1,67 @@
+"""``recast study``: the Typer command over :mod:`recast_cli.batched.study`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from recast_cli.errors import BadInput
+
+out = Console()
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...] | None:
+    """``--seeds 0:256`` (a half-open range) or ``--seeds 3,5,8`` → the seeds; None → the setting's."""
+    if text is None:
+        return None
+    try:
+        if ":" in text:
+            lo, hi = (int(x) for x in text.split(":"))
+            seeds = tuple(range(lo, hi))
+        else:
+            seeds = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise BadInput(f"--seeds {text!r}: expected LO:HI (half-open) or a comma-separated list") from None
+    from recast_cli import bounds
+
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise BadInput(f"--seeds {text!r}: needs distinct seeds")
+    for seed in (min(seeds), max(seeds)):
+        bounds.check("seed", seed, "--seeds")
+    bounds.check("study_seeds", len(seeds), "--seeds (how many)")
+    return seeds
+
+
+def study_command(
+    setting: str = typer.Argument(..., help="A flow1d setting with a [study] table (name or .toml path)."),
+    out_dir: Path = typer.Option(..., "--out", help="Study folder: gains/, W/, cells/ (recast.cell/1), report/."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Training seeds: LO:HI or a list (default: [study] seeds)."),
+    overrides: list[str] = typer.Option([], "--set", help="Any [train] option for every cell: --set KEY=VALUE."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run every n-th cell from the i-th (several "
+                                                               "processes share a study; the report waits for all)."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write OUT/report/ from the cells at the end."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Stage 2 of the 1-D world at many seeds: every budget × arm × G of [study] as one batched cell each."""
+    from recast_cli.batched.study import plan_study, run_study
+    from recast_cli.estimate.config import parse_shard
+
+    part = parse_shard(shard)
+    plan = plan_study(setting, out_dir, parse_seeds(seeds), overrides)
+    paths = run_study(plan, quiet=quiet, shard=part)
+    missing = [p for p in paths if not p.is_file()]
+    out.print(f"{len(paths) - len(missing)} of {len(paths)} cells × {len(plan.seeds)} seeds → {out_dir / 'cells'}")
+    if missing:
+        out.print(f"the report waits for the other shards' {len(missing)} cells")
+    elif report:
+        from recast_cli.report import make_report
+
+        written = make_report(paths, out_dir / "report")
+        out.print(f"wrote {written[0]}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("study")(study_command)

@@ -1,0 +1,219 @@
+"""The batched many-seed engine (``recast study``) against the single-run CLI path, and its command.
+
+The engine must train each seed exactly as ``recast train --seed s`` does (the same noise, group
+statistics, clip, optimizer) and evaluate it as ``recast evaluate`` does: the rewards at every
+checkpoint are compared with the CLI's, for a recipe that exercises micro-batches, several updates
+per step, the KL term and the warmup schedule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from recast_cli.artifacts import read_cell, read_curve
+from recast_cli.cli import app
+
+SETTING = """
+[policy]
+kind = "flow1d"
+steps = 6
+noise_level = 0.7
+
+[train]
+rewards = ["coarse", "fine"]
+lambda = [1, 1]
+prompts = "prompts.txt"
+train_fraction = {fraction}
+lora_rank = 0
+max_steps = 4
+group_size = 4
+prompts_per_step = 4
+micro_batch = 7
+sample_batch = 16
+updates_per_step = 2
+learning_rate = 3e-2
+lr_schedule = "warmup"
+warmup_steps = 2
+clip_range = 0.2
+beta_kl = {beta_kl}
+save_every = 2
+keep_checkpoints = 2
+
+[evaluate]
+n = 256
+seed = 10000
+batch_size = 256
+judges = []
+
+[study]
+budgets = [[1, 1], [1, 2]]
+seeds = [0, 1]
+{study}
+"""
+
+
+def write_setting(root: Path, study: str = 'modes = ["static", "recast"]', beta_kl: float = 0.1,
+                  fraction: float = 1.0, name: str = "s.toml") -> Path:
+    (root / "prompts.txt").write_text("x\n")
+    path = root / name
+    path.write_text(SETTING.format(study=study, beta_kl=beta_kl, fraction=fraction))
+    return path
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def ok(*args: str):
+    result = cli(*args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+# --------------------------------------------------------------------------- the engine = the single-run path
+
+
+@pytest.mark.parametrize("fraction, beta_kl", [(1.0, 0.1), (0.8, 0.0)])
+def test_each_seed_trains_and_evaluates_as_its_single_run(tmp_path, fraction, beta_kl):
+    setting = write_setting(tmp_path, beta_kl=beta_kl, fraction=fraction)
+    ok("study", setting, "--out", tmp_path / "st", "--seeds", "0,1,5", "--no-report", "--quiet")
+    for mode in ("static", "recast"):
+        cell = read_cell(tmp_path / "st" / "cells" / f"1-2-{mode}-g4.parquet")
+        w = tmp_path / "st" / "W" / f"1-2-{mode}.safetensors"
+        for seed in (0, 5):
+            run = tmp_path / f"{mode}-{seed}"
+            ok("train", "--setting", setting, "--weights", w, "--seed", seed, "--lambda", "1,2", "--out", run, "--quiet")
+            ok("evaluate", "--run", run, "--checkpoints", "all", "--sampler", "sde", "--out", tmp_path / "c.parquet",
+               "--quiet")
+            ok("evaluate", "--run", run, "--sampler", "ode", "--out", tmp_path / "o.parquet", "--quiet")
+            mine = cell.curve(seed)
+            for path in (tmp_path / "c.parquet", tmp_path / "o.parquet"):
+                theirs = read_curve(path)
+                for k, point in enumerate(theirs.points):
+                    np.testing.assert_allclose(mine.mean[mine.points.index(point)], theirs.mean[k], rtol=0, atol=1e-12)
+                    np.testing.assert_allclose(mine.std[mine.points.index(point)], theirs.std[k], rtol=0, atol=1e-9)
+            # the training rows are the run's metrics
+            import pyarrow.parquet as pq
+
+            metrics = pq.read_table(run / "metrics.parquet").to_pylist()
+            for row in metrics:
+                i = cell.steps.index(row["step"])
+                assert cell.train[f"reward/{row['reward']}"][cell.seeds.index(seed), i] == pytest.approx(
+                    row["reward_mean"], abs=1e-12)
+                assert cell.train["clip_frac"][cell.seeds.index(seed), i] == pytest.approx(row["clip_frac"], abs=1e-9)
+                assert cell.train["grad_norm"][cell.seeds.index(seed), i] == pytest.approx(row["grad_norm"], rel=1e-4)
+
+
+def test_a_seed_does_not_depend_on_the_seeds_beside_it(tmp_path):
+    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.settings import load_setting
+    from recast_cli.train.config import config_from_setting, trained_steps
+
+    setting = load_setting(str(write_setting(tmp_path, beta_kl=0.0)))
+    cfg = config_from_setting(setting)
+    W = np.full((2, 6), 1 / 12)
+    results = [BatchedTrainer(Cell(cfg=cfg, W=W, trained_steps=tuple(trained_steps(6, 1.0)), noise_level=0.7, T=6, seeds=seeds,
+                                   eval_n=128)).run() for seeds in ((3,), (1, 2, 3))]
+    alone, together = ([r for r in res.evals if r["seed"] == 3] for res in results)
+    assert alone == together
+    assert [r for r in results[1].evals if r["seed"] == 1] != together
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_study_writes_cells_and_a_report_and_resumes(tmp_path):
+    setting = write_setting(tmp_path, study='arms = ["static", "recast:power", "reversed:power"]\n'
+                                           'group_sizes = [2, 4]\nlearning_rates = {"recast-power" = 1e-2}')
+    out = tmp_path / "st"
+    ok("study", setting, "--out", out, "--quiet")
+    cells = sorted(p.name for p in (out / "cells").iterdir())
+    assert cells == sorted(f"{b}-{a}-g{g}.parquet" for b in ("1-1", "1-2") for a in ("static", "recast-power",
+                                                                                    "reversed-power") for g in (2, 4))
+    cell = read_cell(out / "cells" / "1-1-recast-power-g2.parquet")
+    assert cell.meta["kernel"] == "power" and cell.meta["group_size"] == 2 and cell.meta["prompts_per_step"] == 8
+    assert cell.meta["train"]["learning_rate"] == 1e-2
+    assert read_cell(out / "cells" / "1-1-static-g2.parquet").meta["train"]["learning_rate"] == 3e-2
+    csv = (out / "report" / "endpoints.csv").read_text().splitlines()
+    assert csv[0] == "<!-- recast.report/1 -->" and len(csv) == 2 + 12 * 2  # mark, header, 12 cells × 2 seeds
+    report = (out / "report" / "report.md").read_text()
+    assert "recast-power − static" in report and "reversed-power − static" in report and "G = 2" in report
+    # done cells are kept; a removed one is run again
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()}
+    (out / "cells" / "1-2-static-g4.parquet").unlink()
+    ok("study", setting, "--out", out, "--quiet")
+    again = {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()}
+    assert {k for k in again if again[k] != stamps.get(k)} == {"1-2-static-g4.parquet"}
+    # the report reproduces itself byte for byte from the same cells
+    first = (out / "report" / "report.md").read_bytes()
+    ok("report", *sorted((out / "cells").iterdir()), "--out", tmp_path / "r2")
+    assert (tmp_path / "r2" / "report.md").read_bytes() == first
+    # inspect reads a cell
+    summary = json.loads(ok("inspect", out / "cells" / "1-1-static-g4.parquet", "--json").output)
+    assert summary["kind"] == "cell" and summary["seeds"] == 2 and summary["arm"]["arm"] == "static"
+
+
+def test_a_cell_of_another_study_is_refused(tmp_path):
+    setting = write_setting(tmp_path, study='modes = ["static"]')
+    out = tmp_path / "st"
+    ok("study", setting, "--out", out, "--quiet", "--no-report")
+    result = cli("study", setting, "--out", out, "--quiet", "--seeds", "0:3")
+    assert result.exit_code == 2 and "another study" in result.output
+
+
+@pytest.mark.parametrize("study, args, message", [
+    ('modes = ["static"]\ngroup_sizes = [3]', (), "does not divide"),
+    ('arms = ["static", "recast:cubic"]', (), "kernel must be one of"),
+    ('arms = ["sideways"]', (), "MODE[:KERNEL[:GAINS]]"),
+    ('modes = ["static"]\nlearning_rates = {"recast" = 0.1}', (), "names no arm"),
+    ('modes = ["static"]', ("--seeds", "4:4"), "distinct seeds"),
+    ('modes = ["static"]', ("--seeds", "x"), "LO:HI"),
+    ('modes = ["static"]\neval_n = 0', (), "eval_n"),
+])
+def test_bad_studies_are_one_line(tmp_path, study, args, message):
+    setting = write_setting(tmp_path, study=study)
+    result = cli("study", setting, "--out", tmp_path / "st", "--quiet", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "st" / "cells").exists() or not any((tmp_path / "st" / "cells").iterdir())
+
+
+def test_only_the_one_d_world_runs_batched(tmp_path):
+    result = cli("study", "pipelines/toy.toml", "--out", tmp_path / "st")
+    assert result.exit_code == 2 and "make all SETTING" in result.output
+
+
+def test_the_final_networks_are_the_single_runs(tmp_path):
+    """Weights after training agree with a single run's checkpoint to float32 roundoff."""
+    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.artifacts.run import FULL_FILE
+    from recast_cli.settings import load_setting
+    from recast_cli.train.config import config_from_setting, trained_steps
+
+    path = write_setting(tmp_path, beta_kl=0.0)
+    ok("train", "--setting", path, "--weights", "static", "--seed", 2, "--out", tmp_path / "run", "--quiet")
+    cfg = config_from_setting(load_setting(str(path)))
+    trainer = BatchedTrainer(Cell(cfg=cfg, W=np.full((2, 6), 1 / 12), trained_steps=tuple(trained_steps(6, 1.0)),
+                                  noise_level=0.7, T=6, seeds=(2, 7), eval_n=16))
+    result = trainer.run()
+    ref = load_file(str(tmp_path / "run" / "checkpoints" / "step-000004" / "adapter" / FULL_FILE))
+    mine = trainer.net.state_dict(0, result.final)
+    for name, tensor in ref.items():
+        np.testing.assert_allclose(mine[name].numpy(), tensor.numpy(), rtol=0, atol=1e-4)
+
+
+def test_shards_split_the_cells_and_the_report_waits_for_all(tmp_path):
+    setting = write_setting(tmp_path, study='modes = ["static", "recast"]')
+    out = tmp_path / "st"
+    first = ok("study", setting, "--out", out, "--shard", "0/2", "--quiet")
+    assert "waits for the other shards" in first.output and not (out / "report").exists()
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["1-1-static-g4.parquet", "1-2-static-g4.parquet"]
+    ok("study", setting, "--out", out, "--shard", "1/2", "--quiet")
+    assert len(list((out / "cells").iterdir())) == 4 and (out / "report" / "report.md").is_file()
+    assert cli("study", setting, "--out", out, "--shard", "2/2").exit_code == 2

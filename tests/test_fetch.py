@@ -1,0 +1,272 @@
+"""``recast fetch`` and Hub ids in settings, against loopback servers (tests/fakehub.py): no network.
+
+The fake Hub serves a ``recast tiny-model`` sd3 pipeline plus files no loader reads (a root
+single-file checkpoint, a folder model_index.json does not name, an fp16 variant, a .bin twin of a
+safetensors file); the file server serves prompt files with Range, dropped connections and 401s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from recast_cli.errors import BadInput
+from recast_cli.fetch.http import download, part_path
+from recast_cli.fetch.select import select_files
+from tests.fakehub import FakeHub, FileServer
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTRAS = {"sd3_single.safetensors": b"x" * 1000, "text_encoders/clip_g.safetensors": b"y" * 500,
+          "transformer/diffusion_pytorch_model.fp16.safetensors": b"z" * 300,
+          "text_encoder/pytorch_model.bin": b"w" * 200, "README.md": b"# tiny\n"}
+
+
+def git_blob(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT")}
+    full.update(PYTHONPATH=str(ROOT), **env)
+    return subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+def assert_one_line_2(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_sd3(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "sd3"
+    result = run(["-m", "recast_cli", "tiny-model", "--family", "sd3", "--out", str(out)], {})
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture
+def hub(tiny_sd3):
+    server = FakeHub()
+    server.commit = server.add_repo("tiny/sd3", tiny_sd3, EXTRAS)
+    yield server
+    server.close()
+
+
+def write_setting(folder: Path, path: str) -> Path:
+    setting = folder / "s.toml"
+    setting.write_text(f'[policy]\nkind = "sd3"\npath = "{path}"\nsteps = 2\nresolution = 32\n')
+    return setting
+
+
+# --------------------------------------------------------------------------- which files
+
+
+def test_a_pipeline_takes_only_the_components_model_index_names_without_variants_or_bin_twins():
+    files = ["model_index.json", "sd3.safetensors", "README.md", "text_encoders/t5.safetensors",
+             "vae/config.json", "vae/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.fp16.safetensors",
+             "vae/diffusion_pytorch_model.bin", "tokenizer/vocab.json", "tokenizer/merges.txt",
+             "text_encoder_3/model-00001-of-00002.safetensors", "text_encoder_3/model-00002-of-00002.safetensors",
+             "text_encoder_3/model.safetensors.index.json", "text_encoder_3/model.safetensors.index.fp16.json",
+             "text_encoder_3/model.fp16-00001-of-00002.safetensors", "text_encoder_3/config.json"]
+    index = {"_class_name": "StableDiffusion3Pipeline", "vae": ["diffusers", "AutoencoderKL"],
+             "tokenizer": ["transformers", "CLIPTokenizer"], "text_encoder_3": ["transformers", "T5EncoderModel"],
+             "feature_extractor": [None, None]}
+    assert select_files("diffusers", files, index) == [
+        "model_index.json", "text_encoder_3/config.json", "text_encoder_3/model-00001-of-00002.safetensors",
+        "text_encoder_3/model-00002-of-00002.safetensors", "text_encoder_3/model.safetensors.index.json",
+        "tokenizer/merges.txt", "tokenizer/vocab.json", "vae/config.json", "vae/diffusion_pytorch_model.safetensors"]
+
+
+def test_a_model_folder_falls_back_to_bin_and_a_processor_takes_no_weights():
+    files = ["config.json", "pytorch_model.bin", "flax_model.msgpack", "tf_model.h5", "preprocessor_config.json",
+             "tokenizer.json", "open_clip_pytorch_model.bin"]
+    assert select_files("model", files) == ["config.json", "open_clip_pytorch_model.bin", "preprocessor_config.json",
+                                            "pytorch_model.bin", "tokenizer.json"]
+    assert select_files("processor", files) == ["config.json", "preprocessor_config.json", "tokenizer.json"]
+    assert select_files("HPS_v2.1_compressed.pt", ["HPS_v2.1_compressed.pt", "x.pt"]) == ["HPS_v2.1_compressed.pt"]
+
+
+# --------------------------------------------------------------------------- models through the fake Hub
+
+
+def test_fetch_downloads_what_the_loader_reads_and_the_hub_id_resolves_offline_after(hub, tiny_sd3, tmp_path):
+    cache = tmp_path / "hf"
+    setting = write_setting(tmp_path, "tiny/sd3")
+    result = run(["-m", "recast_cli", "fetch", str(setting)], {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr
+    wanted = sorted(p.relative_to(tiny_sd3).as_posix() for p in tiny_sd3.rglob("*") if p.is_file()
+                    and p.name != "recast-tiny-model.json")
+    snapshot = cache / "models--tiny--sd3" / "snapshots" / hub.commit
+    assert sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()) == wanted
+    total = sum((tiny_sd3 / name).stat().st_size for name in wanted)
+    assert f"{total / 1e6:.1f} MB in {len(wanted)} files" in " ".join(result.stdout.split())  # the size, shown first
+
+    # offline, with the Hub gone: the setting's repo id is the cached snapshot, loaded by the real loader
+    load = ("from recast_cli.settings import load_setting, build_policy; s = load_setting({!r}); "
+            "p = build_policy(s.policy, device='cpu'); print(s.policy.folder())").format(str(setting))
+    offline = run(["-c", load], {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(cache)})
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout.strip() == str(snapshot)
+
+    def downloads() -> int:
+        return sum(1 for method, path, _ in hub.requests if method == "GET" and "/resolve/" in path)
+
+    before = downloads()
+    again = run(["-m", "recast_cli", "fetch", str(setting)], {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(cache)})
+    assert again.returncode == 0, again.stderr
+    assert downloads() == before  # a second fetch finds every file in the cache
+
+
+def test_a_gated_repo_is_one_line_telling_to_log_in(hub, tmp_path):
+    hub.gated.add("tiny/sd3")
+    setting = write_setting(tmp_path, "tiny/sd3")
+    result = run(["-m", "recast_cli", "fetch", str(setting)], {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf")})
+    assert_one_line_2(result, "tiny/sd3 is gated", "huggingface-cli login", "HF_TOKEN")
+    assert not (tmp_path / "hf" / "models--tiny--sd3" / "snapshots").exists()
+
+
+def test_an_unknown_repo_and_an_unknown_revision_are_one_line(hub, tmp_path):
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf")}
+    assert_one_line_2(run(["-m", "recast_cli", "fetch", str(write_setting(tmp_path, "nobody/nothing"))], env),
+                      "no model nobody/nothing on the Hub", "HF_TOKEN")
+
+
+def test_fetch_refuses_offline_mode(hub, tmp_path):
+    result = run(["-m", "recast_cli", "fetch", str(write_setting(tmp_path, "tiny/sd3"))],
+                 {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+    assert_one_line_2(result, "HF_HUB_OFFLINE=1")
+
+
+# --------------------------------------------------------------------------- resolution without fetch
+
+
+def test_a_missing_hub_model_is_one_line_naming_it_and_recast_fetch(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    from recast_cli.settings import load_setting
+
+    spec = load_setting(str(write_setting(tmp_path, "stabilityai/stable-diffusion-3.5-medium@abc123"))).policy
+    assert spec.path is None and str(spec.hub) == "stabilityai/stable-diffusion-3.5-medium@abc123"
+    with pytest.raises(BadInput) as err:
+        spec.folder()
+    message = str(err.value)
+    assert "\n" not in message and "stabilityai/stable-diffusion-3.5-medium@abc123" in message
+    assert "recast fetch SETTING" in message and "HF_TOKEN" in message
+    assert spec.folder(required=False) is None
+
+
+def test_a_local_path_wins_over_a_hub_id_of_the_same_name(tmp_path):
+    from recast_cli.settings import load_setting
+
+    (tmp_path / "stabilityai" / "stable-diffusion-3.5-medium").mkdir(parents=True)
+    spec = load_setting(str(write_setting(tmp_path, "stabilityai/stable-diffusion-3.5-medium"))).policy
+    assert spec.hub is None and spec.folder() == tmp_path / "stabilityai" / "stable-diffusion-3.5-medium"
+
+
+def test_a_reward_weight_given_as_a_hub_id_resolves_from_the_cache_and_a_local_one_wins(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    from recast_cli.rewards.clip import CLIP_WEIGHTS
+    from recast_cli.rewards.options import resolve_reward_options
+    from recast_cli.rewards.weights import resolve
+
+    cache = tmp_path / "hf"
+    snapshot = cache / "models--org--clip" / "snapshots" / "c0ffee"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / "models--org--clip" / "refs").mkdir()
+    (cache / "models--org--clip" / "refs" / "main").write_text("c0ffee")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    options = resolve_reward_options("clip", {"weights": "org/clip", "device": "cpu"}, tmp_path)
+    assert options["weights"] == "org/clip"  # kept for the cache, not made a path under the setting
+    assert resolve(CLIP_WEIGHTS, options["weights"]) == snapshot
+    with pytest.raises(BadInput, match=r"org/clip@v2 is not in the local Hugging Face cache.*recast fetch"):
+        resolve(CLIP_WEIGHTS, "org/clip@v2")
+    (tmp_path / "org" / "clip").mkdir(parents=True)
+    local = resolve_reward_options("clip", {"weights": "org/clip"}, tmp_path)["weights"]
+    assert local == str(tmp_path / "org" / "clip")
+
+
+def test_an_unpinned_prompt_file_is_refused_before_any_download(tmp_path):
+    setting = tmp_path / "s.toml"
+    setting.write_text('[policy]\nkind = "gmm1d"\n[train]\nprompts = "data/ocr/train.txt"\n')
+    result = run(["-m", "recast_cli", "fetch", str(setting)], {"HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert_one_line_2(result, "no sha256 pinned yet", "ocr/train.txt", "--trust-unpinned")
+    assert not (tmp_path / "data").exists()
+
+
+# --------------------------------------------------------------------------- prompt files over HTTP
+
+
+@pytest.fixture
+def files():
+    server = FileServer()
+    yield server
+    server.close()
+
+
+PROMPTS = "".join(f"a sign that says 'prompt {i}'\n" for i in range(5000)).encode()
+
+
+def test_a_prompt_file_is_checked_and_a_dropped_connection_resumes_with_range(files, tmp_path):
+    files.files["/ocr/train.txt"] = PROMPTS
+    files.cut["/ocr/train.txt"] = 40_000
+    target = tmp_path / "data" / "ocr" / "train.txt"
+    download(f"{files.url}/ocr/train.txt", target, git_blob(PROMPTS), hashlib.sha256(PROMPTS).hexdigest())
+    assert target.read_bytes() == PROMPTS and not part_path(target).exists()
+    assert [r for _, _, r in files.requests] == [None, "bytes=40000-"]
+
+
+def test_a_checksum_mismatch_removes_the_partial_file(files, tmp_path):
+    files.files["/ocr/train.txt"] = PROMPTS + b"tampered\n"
+    target = tmp_path / "ocr" / "train.txt"
+    with pytest.raises(BadInput, match="checksum mismatch.*removed the partial file"):
+        download(f"{files.url}/ocr/train.txt", target, git_blob(PROMPTS), hashlib.sha256(PROMPTS).hexdigest())
+    assert not target.exists() and not part_path(target).exists()
+    files.files["/ocr/train.txt"] = PROMPTS  # right blob, wrong pinned sha256: also refused
+    with pytest.raises(BadInput, match="sha256"):
+        download(f"{files.url}/ocr/train.txt", target, git_blob(PROMPTS), "0" * 64)
+    assert not target.exists()
+
+
+def test_a_401_is_one_line(files, tmp_path):
+    files.denied.add("/ocr/test.txt")
+    with pytest.raises(BadInput, match="HTTP 401") as err:
+        download(f"{files.url}/ocr/test.txt", tmp_path / "ocr" / "test.txt", git_blob(b""), None)
+    assert "\n" not in str(err.value)
+
+
+def test_a_download_killed_with_sigkill_resumes_from_its_part_file(files, tmp_path):
+    files.files["/ocr/train.txt"] = PROMPTS
+    files.cut["/ocr/train.txt"] = 50_000
+    files.stall = True  # the first response hangs after 50 kB: the process is killed there
+    target = tmp_path / "ocr" / "train.txt"
+    code = ("import sys; from pathlib import Path; from recast_cli.fetch.http import download; "
+            "download(sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4])")
+    args = [sys.executable, "-c", code, f"{files.url}/ocr/train.txt", str(target), git_blob(PROMPTS),
+            hashlib.sha256(PROMPTS).hexdigest()]
+    proc = subprocess.Popen(args, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 60
+    while not (part_path(target).exists() and part_path(target).stat().st_size >= 50_000):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not target.exists() and part_path(target).stat().st_size == 50_000
+    files.stall = False
+    done = subprocess.run(args, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert done.returncode == 0
+    assert target.read_bytes() == PROMPTS
+    assert files.requests[-1][2] == "bytes=50000-"

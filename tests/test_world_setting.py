@@ -409,3 +409,31 @@ def test_a_world_belongs_to_an_analytic_policy_only(tmp_path):
                 rewards=(("r", StepReward(edges=(0.0,), values=(0.0, 1.0))),))
     with pytest.raises(BadInput, match="the \\[world\\] of x has no reward 'nope'; it has side"):
         world_from_table(tomllib.loads(CUSTOM)["world"], label="the [world] of x").reward("nope")
+
+
+def test_the_batched_study_runs_a_custom_world_as_its_single_runs(tmp_path):
+    """``recast study`` on a setting with a [world]: its exact gains are the world's, and the seed's
+    cell equals ``recast train`` + ``recast evaluate`` on the same setting (v* and rewards of the world)."""
+    from recast_cli.artifacts import read_cell, read_curve
+
+    path = setting(tmp_path, CUSTOM)
+    path.write_text(path.read_text().replace("max_steps = 1", "max_steps = 2").replace("save_every = 1",
+                                                                                       "save_every = 2")
+                    + '\n[study]\nbudgets = [[1, 2]]\nseeds = [0, 1]\nmodes = ["recast"]\ngains = "exact"\n'
+                      'estimate_steps = 6\n')
+    out = tmp_path / "st"
+    result = invoke("study", path, "--out", out, "--seeds", "0,1", "--no-report", "--quiet")
+    assert result.exit_code == 0, result.output
+    exact = read_gains(out / "gains" / "exact.parquet")
+    assert exact.rewards == ("side", "ripple") and "world" in exact.meta["policy"]
+    cell = read_cell(out / "cells" / "1-2-recast-g4.parquet")
+    run = tmp_path / "run"
+    w = out / "W" / "1-2-recast.safetensors"
+    assert invoke("train", "--setting", path, "--weights", w, "--seed", "0", "--lambda", "1,2", "--out", run,
+                  "--quiet").exit_code == 0
+    assert invoke("evaluate", "--run", run, "--checkpoints", "all", "--sampler", "sde", "--out",
+                  tmp_path / "c.parquet", "--quiet").exit_code == 0
+    mine, theirs = cell.curve(0), read_curve(tmp_path / "c.parquet")
+    assert theirs.scorers == ("side", "ripple", "aggregate")
+    for k, point in enumerate(theirs.points):
+        np.testing.assert_allclose(mine.mean[mine.points.index(point)], theirs.mean[k], rtol=0, atol=1e-12)

@@ -44,7 +44,6 @@ REWARDS = ("coarse", "mid", "fine")
 #: second clean-end reward whose exact gain peaks at the same step as ``fine``'s (t = 2 of 25)
 #: with a wider window: the control pair of the two-timescale study (pipelines/twoscale-control.toml).
 ALL_REWARDS = DEFAULT_WORLD.reward_names
-FINE_CELL = 0.2
 
 # The functions below are the default world's (:data:`~recast_cli.policy.world1d.DEFAULT_WORLD`);
 # a setting's ``[world]`` has the same methods on its own :class:`~recast_cli.policy.world1d.World1D`.

@@ -70,7 +70,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_threads.py --threads 1,2 --repeats 3
 
 # `recast preflight` of both paper settings on this machine's GPU: SD3.5-Medium's architecture with
-# random weights, one estimate batch, one train step (eager and compiled) and one evaluate chunk
+# random weights and its rewards' networks, one batch of each reward, one estimate batch, one train
+# step (eager, compiled, and eager with the text encoders offloaded the other way) and one evaluate chunk
 # each (README, "Before you spend GPU hours"): a table each on stdout, preflight.json in $(OUT)/ocr
 # and $(OUT)/geneval when OUT is set, else in artifacts/preflight/. Both run even if the first
 # fails; the target fails if either did.

@@ -73,7 +73,7 @@ BOUNDS: dict[str, Bound] = {
                            "tries per request"),
     "max_pixels": Bound(1, 2**28, "serve-reward --max-pixels (pixels per image)"),
     "connections": Bound(1, 4096, "serve-reward --max-connections (one thread each)"),
-    "study_seeds": Bound(1, 65_536, "study --seeds (seeds per cell, trained as one batch)"),
+    "study_seeds": Bound(1, 65_536, "study --seeds, [study] seeds = \"LO:HI\" (seeds per cell, trained as one batch)"),
 }
 
 

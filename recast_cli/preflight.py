@@ -9,10 +9,16 @@ and the bytes of the weights at the setting's precision. Configs come from the s
 folder when it is there, else from the shipped architecture configs (``pipelines/configs/``);
 ``--scale tiny`` builds the ``recast tiny-model`` architecture of the same family instead.
 
-Phases ``estimate``, ``train`` and ``evaluate`` (:mod:`recast_cli.preflight_phases`) run the
-stages' own code on the same architecture with random weights (:func:`random_pipeline`: built
-with its parameters on ``meta``, materialised on the device and initialised there), on CUDA when
-there is one, at the setting's precision.
+The build phase also places every reward and judge and counts the networks of those that run in
+this process at their real architectures (:mod:`recast_cli.preflight_rewards`): CLIP ViT-L/14,
+PickScore's CLIP-H/14, HPSv2's open_clip ViT-H-14, ImageReward's BLIP, the aesthetic CLIP + MLP;
+served ones (UnifiedReward's vLLM server, ``NAME@URL``) are named and not counted.
+
+Phases ``rewards``, ``estimate``, ``train`` and ``evaluate`` (:mod:`recast_cli.preflight_phases`)
+run the stages' own code on the same architecture with random weights (:func:`random_pipeline`:
+built with its parameters on ``meta``, materialised on the device and initialised there), with the
+reward networks on random weights too, on CUDA when there is one, at the setting's precision; the
+train step runs once more with the text encoders offloaded the other way than the setting's.
 
 The JSON written is ``recast.preflight/1``: recast/torch/diffusers versions, device, dtype,
 engine, parameters, host RSS, whether everything fit, and per phase its seconds and numbers.
@@ -30,10 +36,13 @@ from typing import Any
 from recast_cli import __version__
 from recast_cli.artifacts import atomic_write_bytes, claim_output
 from recast_cli.errors import BadInput
+from recast_cli.policy.lora import lora_parameters
+from recast_cli.preflight_phases import INIT, materialise
+from recast_cli.preflight_rewards import rewards_build
 from recast_cli.settings import PIPELINES
 
 PREFLIGHT_SCHEMA = "recast.preflight/1"
-PHASES = ("build", "estimate", "train", "evaluate")
+PHASES = ("build", "rewards", "estimate", "train", "evaluate")
 SCALES = ("full", "tiny")
 SHIPPED = {"sd3": PIPELINES / "configs" / "stable-diffusion-3.5-medium"}
 BYTES = {"bf16": 2, "fp16": 2, "no": 4, "fp32": 4}
@@ -45,15 +54,13 @@ SD3_COMPONENTS = {
     "text_encoder_2": ("transformers", "CLIPTextModelWithProjection"),
     "text_encoder_3": ("transformers", "T5EncoderModel"),
 }
-#: how :func:`materialise` initialises random weights (recorded in the JSON)
-INIT = "reset_parameters per layer, else norm scales 1, biases 0, N(0, 0.02^2); seeded per component"
 
 
 def parse_phases(text: str) -> tuple[str, ...]:
     phases = tuple(p.strip() for p in text.split(",") if p.strip())
     unknown = [p for p in phases if p not in PHASES]
     if not phases or unknown:
-        raise BadInput(f"--phases takes build,estimate,train,evaluate (comma-separated), got {text!r}")
+        raise BadInput(f"--phases takes {','.join(PHASES)} (comma-separated), got {text!r}")
     return phases
 
 
@@ -123,18 +130,6 @@ def on_meta():
     return torch.device("meta")
 
 
-def lora_parameters(transformer, targets: tuple[str, ...], rank: int) -> tuple[int, int]:
-    """(LoRA parameters, targeted linear layers) of rank ``rank`` on the modules peft would match."""
-    import torch
-
-    total = layers = 0
-    for name, module in transformer.named_modules():
-        if isinstance(module, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
-            total += rank * (module.in_features + module.out_features)
-            layers += 1
-    return total, layers
-
-
 def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
     """The ``build`` phase's numbers (nothing is allocated: every tensor lives on ``meta``)."""
     t0 = time.perf_counter()
@@ -146,59 +141,24 @@ def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
         if cfg.lora_rank > 0 else (counts["transformer"]["parameters"], 0)
     total = sum(c["parameters"] for c in counts.values())
     precision = setting.policy.precision or "no"
+    encoders = sum(c["parameters"] for n, c in counts.items() if n.startswith("text_encoder"))
+    chosen = setting.policy.offload_text_encoders
     return {"seconds": round(time.perf_counter() - t0, 3), "configs": source, "components": counts,
             "parameters_total": total, "trainable": lora, "lora_rank": cfg.lora_rank, "lora_layers": layers,
-            "precision": precision, "weights_bytes": total * BYTES.get(precision, 4)}
+            "precision": precision, "weights_bytes": total * BYTES.get(precision, 4),
+            "text_encoder_bytes": encoders * BYTES.get(precision, 4),
+            # the default rule of policy/pipeline.offload_by_default, in training (estimate and evaluate train nothing)
+            "offload_text_encoders": {"setting": chosen, "train": encoders > lora if chosen is None else chosen},
+            "rewards": rewards_build(setting, scale)}
 
 
 # ------------------------------------------------------------------ random weights on the device
 
 
-def materialise(module, device, dtype, seed: int):
-    """Allocate a module's ``meta`` parameters on ``device`` in ``dtype`` (every floating tensor
-    cast as ``from_pretrained(dtype=…)`` would, before allocation, so no fp32 copy of T5-XXL ever
-    exists) and initialise them there, deterministically.
-
-    Every layer with its own ``reset_parameters`` (Linear, Conv, Embedding, LayerNorm, GroupNorm,
-    …) initialises itself as PyTorch does, after ``torch.manual_seed(seed)``; any other parameter
-    is a norm scale (a 1-D ``weight``: ones), a bias (zeros) or seeded N(0, 0.02²). Buffers were
-    built with their values on the CPU (sin-cos position tables, position ids) and are copied over.
-    A transformers model's tied parameters (T5's shared embedding) are tied again (``tie_weights``).
-    """
-    import torch
-
-    module.to(dtype)  # still on meta: the device memory is allocated once, in ``dtype``
-    buffers = dict(module.named_buffers())
-    module.to_empty(device=device)
-    if callable(getattr(module, "tie_weights", None)):
-        module.tie_weights()
-    torch.manual_seed(seed)
-    done: set[int] = set()
-    for sub in module.modules():
-        own = list(sub.parameters(recurse=False))
-        if own and callable(getattr(sub, "reset_parameters", None)):
-            sub.reset_parameters()
-            done.update(id(p) for p in own)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if id(p) in done:
-                continue
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf == "bias":
-                p.zero_()
-            elif leaf == "weight" and p.dim() == 1:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
-        for name, value in buffers.items():
-            module.get_buffer(name).copy_(value)
-    return module
-
-
 def random_pipeline(folder: Path | None, device, dtype, max_sequence_length: int):
     """The setting's ``StableDiffusion3Pipeline`` with random weights on ``device`` (in ``dtype``).
 
-    Built with its parameters on ``meta`` (buffers on the CPU) and :func:`materialise`-d
+    Built with its parameters on ``meta`` (buffers on the CPU) and :func:`~recast_cli.preflight_phases.materialise`-d
     component by component, so a 7.9 B-parameter pipeline is never initialised on the CPU.
     Text goes through the offline word-level tokenizer of the toy model at the real lengths
     (CLIP's position table, 77 tokens in SD3.5; T5 padded to ``max_sequence_length``), also when
@@ -305,9 +265,11 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
 
 
 def _fits(phases: dict[str, Any]) -> bool | None:
-    """Whether every phase that ran fit at the setting's batch sizes (None: none ran)."""
-    train = phases.get("train", {})
+    """Whether every phase that ran fit at the setting's batch sizes (None: none ran); the train step with
+    the text encoders the other way than the setting's is shown, not required."""
+    train = {k: v for k, v in phases.get("train", {}).items() if "offload" not in k}
     ran = [phases[k] for k in ("materialise", "estimate", "evaluate") if k in phases]
+    ran += [phases["rewards"]] if "error" in phases.get("rewards", {}) else []
     ran += [train] if "error" in train else list(train.values())
     return all(r.get("fits", True) for r in ran) if ran else None
 
@@ -329,10 +291,13 @@ def _run_phases(record, running, setting, cfg, folder, device, precision, scale,
     import torch
 
     from recast_cli.policy.sd3 import PRECISIONS
-    from recast_cli.preflight_phases import STAND_IN, Bench, estimate_phase, evaluate_phase, measured, train_phase
+    from recast_cli.preflight_phases import (STAND_IN, Bench, estimate_phase, evaluate_phase, measured,
+                                             rewards_phase, train_phase)
+    from recast_cli.preflight_rewards import placement, scorer_roles
     from recast_cli.toy.renderer import all_prompts
 
-    record["stand_ins"] = {"rewards": {r: STAND_IN for r in cfg.rewards},
+    roles = scorer_roles(setting)
+    record["stand_ins"] = {"rewards": {r: STAND_IN for r in roles if placement(r)[0] != "model"},
                            "prompts": "the toy world's prompts (recast_cli.toy.renderer)"}
     made: dict[str, Any] = {}
 
@@ -364,11 +329,21 @@ def _run_phases(record, running, setting, cfg, folder, device, precision, scale,
                             "trainable": lora_parameters(pipe.transformer, tuple(cfg.lora_targets), cfg.lora_rank)[0]
                             if cfg.lora_rank > 0 else sum(p.numel() for p in pipe.transformer.parameters())}
     bench = Bench(pipe, setting, device, precision, setting.policy.resolution if scale == "full" else None,
-                  tuple(all_prompts()))
+                  tuple(all_prompts()), scale)
+    if "rewards" in running:
+        run("rewards", lambda: rewards_phase(bench, tuple(roles)))
     if "estimate" in running:
-        run("estimate", lambda: estimate_phase(bench, len(cfg.rewards), *_estimate_budget(setting)))
+        run("estimate", lambda: estimate_phase(bench, tuple(cfg.rewards), *_estimate_budget(setting)))
     if "train" in running:
-        run("train", lambda: {("compile" if c else "eager"): train_phase(bench, cfg, c) for c in (False, True)})
+        offload = bench.offload(record["parameters"]["trainable"])
+
+        def train() -> dict[str, Any]:
+            runs = {("compile" if c else "eager"): train_phase(bench, cfg, c, offload) for c in (False, True)}
+            # the same eager step with the text encoders the other way: the peak with and without offload
+            runs[f"eager, offload {'off' if offload else 'on'}"] = train_phase(bench, cfg, False, not offload)
+            return runs
+
+        run("train", train)
         record["engine"] = record["phases"]["train"].get("eager", {}).get("engine", "single")
     if "evaluate" in running:
         run("evaluate", lambda: evaluate_phase(bench))

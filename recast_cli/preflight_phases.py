@@ -14,9 +14,15 @@ Each phase runs one unit of its stage at the setting's sizes:
 * ``evaluate``: one ``[evaluate]`` chunk of ``batch_size`` deterministic ODE samples
   (``sample_chunk``), decoded to 8-bit images and scored (``score_chunk``).
 
-Rewards and judges are all :data:`STAND_IN` (a registered, weight-free scorer on the host);
-prompts are the toy world's, which it reads. Neither changes the shapes the model sees (the
-text encoders pad to fixed lengths). On ``torch.cuda.OutOfMemoryError`` a phase is run again
+* ``rewards``: each in-process reward and judge network alone, one ``batch_size`` chunk scored.
+
+The rewards and judges with a network (clip, pick, hps, aesthetic, imagereward) are their real
+architectures on random weights where the setting puts them (:mod:`recast_cli.preflight_rewards`);
+every other name is :data:`STAND_IN` (a registered, weight-free scorer on the host). Prompts are
+the toy world's; neither changes the shapes the models see (the encoders pad to fixed lengths).
+Each phase runs the policy with the text encoders where ``[policy] offload_text_encoders`` puts
+them; the train phase runs its eager step once more with the other choice, so the table shows the
+peak memory with and without offload. On ``torch.cuda.OutOfMemoryError`` a phase is run again
 at half its batch (:func:`fit`); the record keeps every size tried and the largest that fit.
 """
 
@@ -26,7 +32,7 @@ import gc
 import resource
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,9 +40,105 @@ from typing import Any
 import numpy as np
 import torch
 
-#: the scorer standing in for every reward and judge: registered, weight-free, numpy on the host
+from recast_cli.preflight_rewards import RewardModel, build_reward_model, empty, placement, reward_options, where
+from recast_cli.rewards.base import Images, Scorer, as_float, check_batch, chunks
+
+#: the scorer standing in for every reward and judge without a network: registered, weight-free, on the host
 STAND_IN = "toy_sharpness"
 SEED = 0
+#: how :func:`materialise` initialises random weights (recorded in the JSON)
+INIT = "reset_parameters per layer, else norm scales 1, biases 0, N(0, 0.02^2); seeded per component"
+
+
+def materialise(module, device, dtype, seed: int):
+    """Allocate a module's ``meta`` parameters on ``device`` in ``dtype`` (every floating tensor
+    cast as ``from_pretrained(dtype=…)`` would, before allocation, so no fp32 copy of T5-XXL ever
+    exists) and initialise them there, deterministically.
+
+    Every layer with its own ``reset_parameters`` (Linear, Conv, Embedding, LayerNorm, GroupNorm,
+    …) initialises itself as PyTorch does, after ``torch.manual_seed(seed)``; any other parameter
+    is a norm scale (a 1-D ``weight``: ones), a bias (zeros) or seeded N(0, 0.02²). Buffers were
+    built with their values on the CPU (sin-cos position tables, position ids) and are copied over.
+    A transformers model's tied parameters (T5's shared embedding) are tied again (``tie_weights``).
+    """
+    import torch
+
+    module.to(dtype)  # still on meta: the device memory is allocated once, in ``dtype``
+    buffers = dict(module.named_buffers())
+    module.to_empty(device=device)
+    if callable(getattr(module, "tie_weights", None)):
+        module.tie_weights()
+    torch.manual_seed(seed)
+    done: set[int] = set()
+    for sub in module.modules():
+        own = list(sub.parameters(recurse=False))
+        if own and callable(getattr(sub, "reset_parameters", None)):
+            sub.reset_parameters()
+            done.update(id(p) for p in own)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if id(p) in done:
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "bias":
+                p.zero_()
+            elif leaf == "weight" and p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+        for name, value in buffers.items():
+            module.get_buffer(name).copy_(value)
+    return module
+
+
+class ArchitectureScorer(Scorer):
+    """A reward's real network with random weights, scoring as its scorer does at the scorer's shapes:
+    images resized to the model's input (bilinear), prompts as fixed-length token ids (random weights
+    need the shapes, not the language), chunks of the scorer's ``batch_size``."""
+
+    def __init__(self, model: RewardModel, device: torch.device, batch_size: int, seed: int) -> None:
+        self.name = model.name
+        self.image_size, self.text_tokens, self.vocab, self.forward = (model.image_size, model.text_tokens,
+                                                                        model.vocab, model.score)
+        self.device = device
+        self.batch_size = batch_size
+        self.module = materialise(model.module, device, torch.float32, seed).eval().requires_grad_(False)
+        model.module = None  # this scorer holds the only reference: close() frees the weights
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @torch.inference_mode()
+    def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:
+        count = check_batch(self.name, images, prompts)
+        pixels = torch.stack(as_float(images))
+        out = np.empty(count, dtype=np.float64)
+        for part in chunks(count, self.batch_size):
+            batch = torch.nn.functional.interpolate(pixels[part], size=(self.image_size,) * 2, mode="bilinear",
+                                                    antialias=True).to(self.device)
+            n, length = batch.shape[0], max(self.text_tokens, 1)
+            ids = torch.randint(0, self.vocab, (n, length), generator=self.generator).to(self.device)
+            out[part] = self.forward(self.module, batch, ids, torch.ones_like(ids)).double().cpu().numpy()
+        return out
+
+    def close(self) -> None:
+        self.module = None
+
+
+def build_scorers(names: Sequence[str], setting, scale: str, device: torch.device,
+                  stand_in: Callable[[], Scorer]) -> list[Scorer]:
+    """The scorers a phase runs: an :class:`ArchitectureScorer` per model reward (on ``device`` when the
+    setting puts it on CUDA, else on the CPU), ``stand_in()`` for every other name."""
+    options = reward_options(setting)
+    scorers: list[Scorer] = []
+    for seed, name in enumerate(names):
+        if placement(name)[0] != "model":
+            scorers.append(stand_in())
+            continue
+        opts = options.get(name, {})
+        on = device if where(opts) == "cuda" or device.type == "cpu" else torch.device("cpu")
+        with empty():
+            model = build_reward_model(name, opts, scale)
+        scorers.append(ArchitectureScorer(model, on, int(opts.get("batch_size", 16)), 100 + seed))
+    return scorers
 
 
 def host_rss_peak() -> int:
@@ -98,21 +200,36 @@ class Bench:
     precision: str  # SD3Policy's: the setting's on CUDA, "no" on the CPU
     resolution: int | None  # None: the pipeline's own size (the tiny scale)
     prompts: tuple[str, ...]
+    scale: str = "full"
 
-    def policy(self, steps: int, guidance_scale: float | None = None):
+    def offload(self, trainable: int) -> bool:
+        """``[policy] offload_text_encoders``, or its default rule for a stage that trains ``trainable``."""
+        from recast_cli.policy.pipeline import offload_by_default
+
+        chosen = self.setting.policy.offload_text_encoders
+        return offload_by_default(self.pipe, trainable) if chosen is None else chosen
+
+    def policy(self, steps: int, guidance_scale: float | None = None, offload: bool | None = None):
         from recast_cli.policy.sd3 import SD3Policy
 
         spec = self.setting.policy
         return SD3Policy(self.pipe, steps, spec.guidance_scale if guidance_scale is None else guidance_scale,
-                         self.resolution, spec.max_sequence_length, self.precision, self.device)
+                         self.resolution, spec.max_sequence_length, self.precision, self.device,
+                         self.offload(0) if offload is None else offload)
 
-    def stand_ins(self, count: int) -> list:
+    def scorers(self, names) -> list:
+        """The phase's scorers: the real networks of the model rewards, :data:`STAND_IN` for the rest."""
         from recast_cli.rewards import build_scorer
 
-        return [build_scorer(STAND_IN) for _ in range(count)]
+        return build_scorers(list(names), self.setting, self.scale, self.device, lambda: build_scorer(STAND_IN))
 
 
-def estimate_phase(bench: Bench, rewards: int, steps: int, N: int, K: int, batch: int,
+def closed(scorers: list) -> None:
+    for scorer in scorers:
+        scorer.close()
+
+
+def estimate_phase(bench: Bench, rewards: tuple[str, ...], steps: int, N: int, K: int, batch: int,
                    prompts_total: int | None) -> dict[str, Any]:
     """One rollout batch of ``recast estimate`` at T = ``steps``, N, K (halved on out-of-memory)."""
     from recast_cli.estimate.rollouts import RolloutPlan, noised_starts, score_endpoints
@@ -122,7 +239,7 @@ def estimate_phase(bench: Bench, rewards: int, steps: int, N: int, K: int, batch
 
     policy = bench.policy(steps)
     prompt = bench.prompts[0]
-    scorers = bench.stand_ins(rewards)
+    scorers = bench.scorers(rewards)
     rollout_noise = EstimateConfig.rollout_noise
 
     def run(size: int) -> dict[str, Any]:
@@ -146,8 +263,12 @@ def estimate_phase(bench: Bench, rewards: int, steps: int, N: int, K: int, batch
             out["projected_estimate_seconds"] = round(out["projected_prompt_seconds"] * prompts_total, 1)
         return out
 
-    record = fit(run, min(batch, N * steps * K), bench.device)
-    return {"T": steps, "N": N, "K": K, "rollout_noise": rollout_noise, "prompts": prompts_total, **record}
+    try:
+        record = fit(run, min(batch, N * steps * K), bench.device)
+    finally:
+        closed(scorers)
+    return {"T": steps, "N": N, "K": K, "rollout_noise": rollout_noise, "prompts": prompts_total,
+            "offload_text_encoders": policy.offload_text_encoders, **record}
 
 
 def _drop_adapters(transformer) -> None:
@@ -157,8 +278,9 @@ def _drop_adapters(transformer) -> None:
         transformer.delete_adapters(names)
 
 
-def train_phase(bench: Bench, cfg, compile_: bool) -> dict[str, Any]:
-    """One ``Trainer.train_step`` for one group of G images (micro-batch halved on out-of-memory)."""
+def train_phase(bench: Bench, cfg, compile_: bool, offload: bool) -> dict[str, Any]:
+    """One ``Trainer.train_step`` for one group of G images (micro-batch halved on out-of-memory), the text
+    encoders offloaded or not."""
     from recast_cli.train.config import trained_steps
     from recast_cli.train.plan import Plan, run_noise_level, static_run_weights
     from recast_cli.train.trainer import Trainer
@@ -166,16 +288,16 @@ def train_phase(bench: Bench, cfg, compile_: bool) -> dict[str, Any]:
     spec = bench.setting.policy
 
     def run(micro: int) -> dict[str, Any]:
-        policy = bench.policy(spec.steps)
+        policy = bench.policy(spec.steps, offload=offload)
         one = replace(cfg, prompts_per_step=1, max_steps=1, micro_batch=micro, compile=compile_,
                       sample_batch=min(cfg.sample_batch, micro))
         weights = static_run_weights(cfg, policy.sigmas.flip(0).numpy())
         with tempfile.TemporaryDirectory(prefix="recast-preflight-") as tmp:
             plan = Plan(bench.setting, one, weights, "static", list(bench.prompts), Path(tmp) / "run", None, None,
                         str(bench.device), trained_steps(policy.T, cfg.train_fraction), run_noise_level(one, spec))
+            scorers = bench.scorers(cfg.rewards)
             try:
-                with Trainer(plan, quiet=True, loggers=False, policy=policy,
-                             scorers=bench.stand_ins(len(cfg.rewards))) as trainer:
+                with Trainer(plan, quiet=True, loggers=False, policy=policy, scorers=scorers) as trainer:
 
                     def work() -> dict[str, Any]:
                         s = trainer.train_step()["scalars"]
@@ -188,10 +310,12 @@ def train_phase(bench: Bench, cfg, compile_: bool) -> dict[str, Any]:
                     return {**out, "trainable": trainer.params.count(), "engine": trainer.engine,
                             "sample_batch": one.sample_batch}
             finally:
+                closed(scorers)
                 _drop_adapters(policy.network)
 
     record = fit(run, cfg.micro_batch, bench.device)
     return {"compile": compile_, "compile_backend": cfg.compile_backend if compile_ else None,
+            "offload_text_encoders": offload,
             "group_size": cfg.group_size, "T": spec.steps, "lora_rank": cfg.lora_rank, "beta_kl": cfg.beta_kl,
             "ema_decay": cfg.ema_decay, **record}
 
@@ -212,7 +336,7 @@ def evaluate_phase(bench: Bench) -> dict[str, Any]:
     # the stage's plan, for score_chunk's scorer names; nothing is written to its ``out``
     plan = EvalPlan(Target(bench.setting, "base"), ecfg, list(bench.prompts), tcfg.rewards, tcfg.lam, {},
                     Path("preflight-evaluate.parquet"), str(bench.device))
-    world = EvalWorld(policy, bench.stand_ins(len(plan.scorers)), None, steps, float(guidance))
+    world = EvalWorld(policy, bench.scorers([name for name, _ in plan.scorers]), None, steps, float(guidance))
 
     def run(size: int) -> dict[str, Any]:
         chunk = [EvalImage(image_id=i, prompt_id=i, prompt=bench.prompts[i % len(bench.prompts)],
@@ -225,5 +349,34 @@ def evaluate_phase(bench: Bench) -> dict[str, Any]:
 
         return measured(bench.device, work)
 
-    record = fit(run, ecfg.batch_size, bench.device)
-    return {"T": steps, "guidance_scale": guidance, "scorers": len(plan.scorers), **record}
+    try:
+        record = fit(run, ecfg.batch_size, bench.device)
+    finally:
+        closed(world.scorers)
+    return {"T": steps, "guidance_scale": guidance, "scorers": len(plan.scorers),
+            "offload_text_encoders": policy.offload_text_encoders, **record}
+
+
+def rewards_phase(bench: Bench, names: tuple[str, ...]) -> dict[str, Any]:
+    """Each model reward and judge alone: materialised where the setting puts it, one chunk of its
+    ``batch_size`` images at the setting's resolution scored (seconds, images/s, peak memory with the
+    pipeline's weights resident)."""
+    side = bench.resolution or 64
+    out: dict[str, Any] = {}
+    for name in names:
+        if placement(name)[0] != "model":
+            continue
+        scorer = bench.scorers([name])[0]
+        images = torch.rand(scorer.batch_size, 3, side, side, generator=torch.Generator().manual_seed(SEED))
+
+        def work() -> dict[str, Any]:
+            scores = scorer.score(images, [bench.prompts[0]] * len(images))
+            return {"images": len(images), "finite": bool(np.isfinite(scores).all()), "device": str(scorer.device),
+                    "batch": scorer.batch_size}
+
+        try:
+            out[name] = measured(bench.device, work)
+        finally:
+            scorer.close()
+            release(bench.device)
+    return out

@@ -61,8 +61,9 @@ def preflight_command(
                                                       "recast tiny-model architecture of its family."),
     random_weights: bool = typer.Option(True, "--random-weights/--real-weights",
                                         help="Random weights (the only mode: nothing is downloaded or loaded)."),
-    phases: str = typer.Option("build,estimate,train,evaluate", "--phases",
-                               help="build: on the meta device (parameter counts, LoRA size, weight bytes); "
+    phases: str = typer.Option("build,rewards,estimate,train,evaluate", "--phases",
+                               help="build: on the meta device (parameter counts, LoRA size, weight bytes, the "
+                                    "reward and judge networks); rewards: each reward network scoring one batch; "
                                     "estimate, train, evaluate: one batch of each stage on random weights."),
 ) -> None:
     """Check a setting's policy at its real architecture on random weights, before real weights."""
@@ -99,13 +100,44 @@ def _print_build(record: dict, scale: str) -> None:
     table.add_row("trainable", f"LoRA r = {build['lora_rank']} on {build['lora_layers']} layers"
                   if build["lora_rank"] else "full transformer", f"{build['trainable']:,}")
     out.print(table)
-    out.print(f"weights at {build['precision']}: {build['weights_bytes'] / 2**30:.2f} GiB; "
+    offload = build["offload_text_encoders"]
+    out.print(f"weights at {build['precision']}: {build['weights_bytes'] / 2**30:.2f} GiB, of which text encoders "
+              f"{build['text_encoder_bytes'] / 2**30:.2f} GiB (offload_text_encoders: "
+              f"{'unset, so ' if offload['setting'] is None else ''}{'on' if offload['train'] else 'off'} in training); "
               f"built in {build['seconds']:.1f} s on the meta device (nothing allocated)", highlight=False)
+    _print_rewards(build["rewards"])
+
+
+def _print_rewards(rewards: dict) -> None:
+    """The rewards and judges: where each runs, its network's size; served ones named, not counted."""
+    from rich.table import Table
+
+    table = Table(title="rewards and judges (networks at their real architecture on the meta device, fp32)",
+                  title_justify="left")
+    for column in ("scorer", "role", "runs", "class", "parameters", "GiB"):
+        table.add_column(column, justify="right" if column in ("parameters", "GiB") else "left")
+    for name, r in rewards["scorers"].items():
+        role = "+".join(r["roles"])
+        if r["placement"] == "model":
+            table.add_row(name, role, f"in process, {r['device']}", r["class"], f"{r['parameters']:,}",
+                          f"{r['weights_bytes'] / 2**30:.2f}")
+        else:
+            table.add_row(name, role, r["placement"], r["note"], "-", "-")
+    out.print(table)
+    missed = rewards["not_counted"]
+    out.print(f"reward weights on the GPU: {rewards['train_device_bytes'] / 2**30:.2f} GiB in training (its rewards), "
+              f"{rewards['evaluate_device_bytes'] / 2**30:.2f} GiB in evaluation (rewards and judges); on the host: "
+              f"{rewards['host_weights_bytes'] / 2**30:.2f} GiB"
+              + (f"; not counted: {', '.join(missed)} (outside this process or not built)" if missed else ""),
+              highlight=False)
 
 
 def _phase_rows(record: dict) -> list[tuple[str, dict]]:
     phases = record["phases"]
-    rows = [(name, phases[name]) for name in ("materialise", "estimate") if name in phases]
+    rows = [("materialise", phases["materialise"])] if "materialise" in phases else []
+    rewards = phases.get("rewards", {})
+    rows += [("rewards", rewards)] if "error" in rewards else [(f"reward {k}", v) for k, v in rewards.items()]
+    rows += [("estimate", phases["estimate"])] if "estimate" in phases else []
     train = phases.get("train", {})
     rows += [("train", train)] if "error" in train else [(f"train ({k})", v) for k, v in train.items()]
     return rows + ([("evaluate", phases["evaluate"])] if "evaluate" in phases else [])
@@ -124,17 +156,21 @@ def _print_phases(record: dict) -> None:
     if not rows:
         return
     table = Table(title=f"preflight on {record['device']} at {record['dtype']} (engine {record['engine']}): "
-                        "batch asked, whether it fit, the largest that fit; peak GPU memory and host RSS",
+                        "batch asked, whether it fit, the largest that fit; text encoders offloaded; "
+                        "peak GPU memory and host RSS",
                   title_justify="left")
-    for column in ("phase", "batch", "fits", "fit at", "seconds", "img/s", "GPU GiB", "RSS GiB"):
+    for column in ("phase", "batch", "fits", "fit at", "offload", "seconds", "img/s", "GPU GiB", "RSS GiB"):
         table.add_column(column, justify="left" if column in ("phase", "fits") else "right", no_wrap=column == "phase")
     for name, r in rows:
         if "error" in r:
-            table.add_row(name, "", Text("error", style="red"), Text(r["error"], style="red"), "", "", "", "")
+            table.add_row(name, "", Text("error", style="red"), Text(r["error"], style="red"), "", "", "", "", "")
             continue
         fits = r.get("fits", True)
-        table.add_row(name, str(r.get("asked", "")), Text("yes" if fits else "no", style=None if fits else "red"),
+        offload = r.get("offload_text_encoders")
+        table.add_row(name, str(r.get("asked", r.get("batch", ""))),
+                      Text("yes" if fits else "no", style=None if fits else "red"),
                       str(r.get("largest_fit", "")) if r.get("largest_fit", "") is not None else "none",
+                      "" if offload is None else ("on" if offload else "off"),
                       f"{r['seconds']:.1f}" if "seconds" in r else "-",
                       f"{r['images_per_s']:.2f}" if "images_per_s" in r else "-",
                       _gib(r.get("peak_device_bytes")), _gib(r.get("host_rss_peak_bytes")))

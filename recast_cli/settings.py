@@ -39,7 +39,7 @@ RESERVED_REWARDS = ("aggregate",)
 #: The type of each [policy] key (int keys refuse booleans and floats, number keys take ints too).
 POLICY_TYPES = {"kind": str, "path": str, "steps": int, "guidance_scale": float, "resolution": int,
                 "max_sequence_length": int, "precision": str, "noise_level": float, "prompt_check": str,
-                "features": int, "hidden": int}
+                "features": int, "hidden": int, "offload_text_encoders": bool}
 
 
 #: A [world] reward's name: it goes into --rewards lists, tables and file names.
@@ -110,6 +110,8 @@ class PolicySpec:
     features: int = 6  # flow1d: geometric Fourier frequencies of x and σ in the residual MLP
     hidden: int = 32  # flow1d: its hidden width
     world: World1D | None = None  # gmm1d, flow1d: the setting's [world]; None: the default world (METHOD.md §4)
+    #: image policies: the text encoders on the host between encodes; None: ``offload_by_default``
+    offload_text_encoders: bool | None = None
     hub: HubRef | None = None  # ``path`` named a Hub repo id (and no local folder of that name exists)
 
     def folder(self, required: bool = True) -> Path | None:
@@ -226,11 +228,11 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
         kind = POLICY_TYPES[key]
 
         def check(value: Any) -> Any:
-            ok = (isinstance(value, str) if kind is str else
+            ok = (isinstance(value, str) if kind is str else isinstance(value, bool) if kind is bool else
                   isinstance(value, int) and not isinstance(value, bool) if kind is int else
                   isinstance(value, (int, float)) and not isinstance(value, bool))
             if not ok:
-                expected = {str: "a string", int: "an integer", float: "a number"}[kind]
+                expected = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}[kind]
                 raise BadInput(f"{path}: [policy] {key} = {cut(json.dumps(value, default=str))} is not {expected}")
             if kind is int:
                 bounds.check(key, value, f"{path}: [policy] {key}")
@@ -270,8 +272,12 @@ def check_prompts(spec: PolicySpec, prompts: list[str]) -> None:
 
 
 def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None = None,
-                 guidance_scale: float | None = None):
-    """The setting's policy, with optional overrides of its sampling steps and CFG scale."""
+                 guidance_scale: float | None = None, trainable: Callable[[Any], int] | None = None):
+    """The setting's policy, with optional overrides of its sampling steps and CFG scale.
+
+    ``trainable(transformer)``: the parameters the caller will train (the trainer's LoRA), which
+    ``[policy] offload_text_encoders`` left unset weighs against the text encoders.
+    """
     steps = spec.steps if steps is None else steps
     if spec.kind == "gmm1d":
         from recast_cli.policy.gmm1d import GMM1DPolicy
@@ -287,4 +293,4 @@ def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None 
     return policy_class(spec.kind).from_pretrained(
         folder, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
         resolution=spec.resolution, max_sequence_length=spec.max_sequence_length, precision=spec.precision,
-        device=device)
+        device=device, offload_text_encoders=spec.offload_text_encoders, trainable=trainable)

@@ -96,7 +96,7 @@ class StudySpec:
     arms: tuple[str, ...] = ()  # MODE[:KERNEL[:GAINS]] each; default: the modes, kernel exp, W from ``gains``
     group_sizes: tuple[int, ...] = ()  # G per cell at [train]'s G × prompts_per_step rollouts; default [train]'s
     eval_n: int | None = None  # evaluation samples per checkpoint; default [evaluate] n
-    learning_rates: tuple[tuple[str, float], ...] = ()  # arm label → its learning rate (default [train]'s)
+    learning_rates: tuple[tuple[str, float], ...] = ()  # arm label (or ARM@G) → its learning rate
 
     @staticmethod
     def label(budget: tuple[float, ...]) -> str:
@@ -150,6 +150,12 @@ def load_study(setting: Setting) -> StudySpec:
         raise BadInput(f"{where} needs budgets = [[λ per reward], ...]")
 
     def seeds(value: Any) -> tuple[int, ...]:
+        if isinstance(value, str):  # "LO:HI", a half-open range: the hundreds of seeds of a batched study
+            lo, sep, hi = value.partition(":")
+            if not sep or not lo.strip().isdigit() or not hi.strip().isdigit() or int(lo) >= int(hi):
+                raise BadInput(f"{where} seeds = {shown(value)}: a string must be \"LO:HI\" with LO < HI")
+            bounds.check("study_seeds", int(hi) - int(lo), f"{where} seeds (how many)")
+            value = list(range(int(lo), int(hi)))
         seeds = _int_list(value, f"{where} seeds")
         if not seeds or len(set(seeds)) != len(seeds):
             raise BadInput(f"{where} seeds must be distinct integers, got {shown(value)}")

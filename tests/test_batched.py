@@ -130,7 +130,7 @@ def test_a_seed_does_not_depend_on_the_seeds_beside_it(tmp_path):
 
 def test_study_writes_cells_and_a_report_and_resumes(tmp_path):
     setting = write_setting(tmp_path, study='arms = ["static", "recast:power", "reversed:power"]\n'
-                                           'group_sizes = [2, 4]\nlearning_rates = {"recast-power" = 1e-2}')
+                                           'group_sizes = [2, 4]\nlearning_rates = {"recast-power" = 1e-2, "static@4" = 2e-2}')
     out = tmp_path / "st"
     ok("study", setting, "--out", out, "--quiet")
     cells = sorted(p.name for p in (out / "cells").iterdir())
@@ -140,6 +140,7 @@ def test_study_writes_cells_and_a_report_and_resumes(tmp_path):
     assert cell.meta["kernel"] == "power" and cell.meta["group_size"] == 2 and cell.meta["prompts_per_step"] == 8
     assert cell.meta["train"]["learning_rate"] == 1e-2
     assert read_cell(out / "cells" / "1-1-static-g2.parquet").meta["train"]["learning_rate"] == 3e-2
+    assert read_cell(out / "cells" / "1-1-static-g4.parquet").meta["train"]["learning_rate"] == 2e-2
     csv = (out / "report" / "endpoints.csv").read_text().splitlines()
     assert csv[0] == "<!-- recast.report/1 -->" and len(csv) == 2 + 12 * 2  # mark, header, 12 cells × 2 seeds
     report = (out / "report" / "report.md").read_text()
@@ -217,3 +218,32 @@ def test_shards_split_the_cells_and_the_report_waits_for_all(tmp_path):
     ok("study", setting, "--out", out, "--shard", "1/2", "--quiet")
     assert len(list((out / "cells").iterdir())) == 4 and (out / "report" / "report.md").is_file()
     assert cli("study", setting, "--out", out, "--shard", "2/2").exit_code == 2
+
+
+def test_seeds_as_a_range_string(tmp_path):
+    from recast_cli.settings import load_setting
+    from recast_cli.study import load_study
+
+    setting = write_setting(tmp_path, study='modes = ["static"]')
+    text = setting.read_text().replace("seeds = [0, 1]", 'seeds = "3:7"')
+    setting.write_text(text)
+    assert load_study(load_setting(str(setting))).seeds == (3, 4, 5, 6)
+    setting.write_text(text.replace('"3:7"', '"7:3"'))
+    result = cli("check-setting", setting)
+    assert result.exit_code == 2 and "LO < HI" in result.output
+
+
+def test_an_arm_trains_on_w_from_the_sampled_estimator(tmp_path):
+    """recast:power:estimate: W solved from `recast estimate` at the base policy (what a user has)."""
+    from recast_cli.artifacts import read_gains, read_weights
+
+    setting = write_setting(tmp_path, study='arms = ["static", "recast:power:estimate"]\nn = 16\nk = 2\nestimate_steps = 6')
+    out = tmp_path / "st"
+    ok("study", setting, "--out", out, "--quiet", "--no-report")
+    gains = read_gains(out / "gains" / "estimate.parquet")
+    assert gains.meta["sampling"] == "pplus" and gains.meta["N"] == 16
+    assert not (out / "gains" / "exact.parquet").exists()  # no arm needs the exact table
+    w = read_weights(out / "W" / "1-2-recast-power-estimate.safetensors")
+    assert w.info["kernel"] == "power" and np.allclose(w.gain, gains.gain)
+    cell = read_cell(out / "cells" / "1-2-recast-power-estimate-g4.parquet")
+    assert cell.meta["gains"] == "estimate" and np.allclose(cell.meta["W"], w.W)

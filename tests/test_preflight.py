@@ -91,15 +91,27 @@ def test_the_full_sd35_medium_architecture_is_counted_without_allocating_it(tmp_
     assert build["weights_bytes"] == 2 * build["parameters_total"]  # the setting trains in bf16
     assert record["fits"] is None and set(record["phases"]) == {"build"}
     assert "SD3Transformer2DModel" in shown and "LoRA r = 32" in shown
+    # T5-XXL, CLIP-G and CLIP-L: 5.58 B in bf16, and LoRA trains far less, so the default offloads them
+    assert build["text_encoder_bytes"] == 2 * sum(parts[n]["parameters"] for n in parts if n.startswith("text_enc"))
+    assert build["offload_text_encoders"] == {"setting": None, "train": True}
+    rewards = build["rewards"]["scorers"]
+    assert {n for n, r in rewards.items() if r["placement"] == "model"} == {"clip", "hps", "pick", "imagereward",
+                                                                            "aesthetic"}
+    assert rewards["unifiedreward"]["placement"] == "served" and rewards["hpsv3"]["placement"] == "not built"
+    assert build["rewards"]["not_counted"] == ["hpsv3", "unifiedreward"]
+    assert build["rewards"]["train_device_bytes"] == 4 * sum(rewards[n]["parameters"] for n in ("clip", "hps", "pick"))
+    assert build["rewards"]["evaluate_device_bytes"] == 4 * sum(r.get("parameters", 0) for r in rewards.values())
+    assert "not counted: hpsv3, unifiedreward" in " ".join(shown.split())
 
 
 def test_every_phase_runs_at_the_tiny_scale_on_the_cpu_through_the_cli(tmp_path, small):
     record, shown = run(tmp_path, "--setting", small, "--scale", "tiny", keys=RUN_KEYS)
     phases = record["phases"]
-    assert set(phases) == {"build", "materialise", "estimate", "train", "evaluate"} and set(phases["train"]) == {
-        "eager", "compile"}
+    assert set(phases) == {"build", "materialise", "rewards", "estimate", "train", "evaluate"}
+    assert set(phases["train"]) == {"eager", "compile", "eager, offload off"}  # unset: offloaded, and shown without
     assert record["device"] == "cpu" and record["dtype"] == "fp32" and record["engine"] == "single"
     ran = [phases["estimate"], phases["evaluate"], *phases["train"].values()]
+    assert [r["offload_text_encoders"] for r in ran] == [True, True, True, True, False]
     for r in ran:
         assert MEASURED <= set(r) and r["fits"] and r["finite"] and r["tried"] == [r["asked"]] == [r["largest_fit"]]
         assert r["seconds"] > 0 and r["images_per_s"] > 0 and r["peak_device_bytes"] is None
@@ -116,8 +128,13 @@ def test_every_phase_runs_at_the_tiny_scale_on_the_cpu_through_the_cli(tmp_path,
     assert eager["trainable"] == phases["build"]["trainable"] == record["parameters"]["trainable"] > 0
     assert record["parameters"]["total"] == phases["build"]["parameters_total"]
     assert phases["evaluate"]["T"] == 2 and phases["evaluate"]["scorers"] == 3  # two rewards and one judge
-    assert record["stand_ins"]["rewards"] == {"clip": "toy_sharpness", "ocr": "toy_sharpness"}
+    # clip and the aesthetic judge are their networks on random weights; only ocr is stood in for
+    assert record["stand_ins"]["rewards"] == {"ocr": "toy_sharpness"}
+    assert set(phases["rewards"]) == {"clip", "aesthetic"}
+    for r in phases["rewards"].values():
+        assert r["finite"] and r["images"] == r["batch"] == 16 and r["images_per_s"] > 0 and r["device"] == "cpu"
     assert "fits on cpu at this setting's batch sizes" in shown and "train (compile)" in shown
+    assert "train (eager, offload off)" in shown and "reward aesthetic" in shown
 
 
 def test_a_paper_setting_s_evaluate_chunk_runs_at_its_size_on_the_tiny_architecture(tmp_path):
@@ -125,7 +142,7 @@ def test_a_paper_setting_s_evaluate_chunk_runs_at_its_size_on_the_tiny_architect
     evaluate = record["phases"]["evaluate"]
     assert (evaluate["asked"], evaluate["images"], evaluate["T"], evaluate["guidance_scale"]) == (16, 16, 40, 4.5)
     assert evaluate["scorers"] == 8 and evaluate["fits"] and evaluate["finite"]  # 4 rewards and 4 judges, stood in for
-    assert set(record["stand_ins"]["rewards"]) == {"clip", "hps", "pick", "ocr"}
+    assert set(record["stand_ins"]["rewards"]) == {"ocr", "hpsv3", "unifiedreward"}  # the rest: their networks
 
 
 def test_an_out_of_memory_halves_the_batch_and_reports_the_largest_that_fits(tmp_path, small, monkeypatch):
@@ -201,7 +218,7 @@ def test_random_weights_are_materialised_deterministically_with_real_buffers_and
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--setting", "ocr", "--phases", "bild"], "--phases takes build,estimate,train,evaluate"),
+    (["--setting", "ocr", "--phases", "bild"], "--phases takes build,rewards,estimate,train,evaluate"),
     (["--setting", "ocr", "--scale", "huge"], "--scale must be one of full, tiny"),
     (["--setting", "twoscale"], "recast preflight builds sd3 policies"),
     (["--setting", "flux-ocr"], "recast tiny-model --family flux"),

@@ -74,7 +74,7 @@ def plan_study(setting_name: str, out: Path, seeds: tuple[int, ...] | None = Non
                            f"{rollouts} rollouts per step ([train] group_size × prompts_per_step)")
     arms = study.arm_specs()
     rates = dict(study.learning_rates)
-    unknown = sorted(set(rates) - {a.label for a in arms})
+    unknown = sorted(set(rates) - {a.label for a in arms} - {f"{a.label}@{g}" for a in arms for g in sizes})
     if unknown:
         raise BadInput(f"{setting.file.name}: [study] learning_rates names no arm: {', '.join(unknown)} "
                        f"(arms: {', '.join(a.label for a in arms)})")
@@ -84,12 +84,13 @@ def plan_study(setting_name: str, out: Path, seeds: tuple[int, ...] | None = Non
     for budget in study.budgets:
         label = study.label(budget)
         for arm in arms:
-            cfg = replace(base, lam=budget, learning_rate=rates.get(arm.label, base.learning_rate))
             for g in sizes:
+                rate = rates.get(f"{arm.label}@{g}", rates.get(arm.label, base.learning_rate))
                 name = f"{label}-{arm.label}-g{g}"
                 cells.append(CellPlan(name, out / "cells" / f"{name}.parquet", arm, budget, g,
                                       out / "W" / f"{label}-{arm.label}.safetensors",
-                                      replace(cfg, group_size=g, prompts_per_step=rollouts // g)))
+                                      replace(base, lam=budget, learning_rate=rate, group_size=g,
+                                              prompts_per_step=rollouts // g)))
     return StudyPlan(setting, study, out, tuple(cells), tuple(seeds or study.seeds),
                      study.eval_n or evaluation.n, evaluation.seed)
 

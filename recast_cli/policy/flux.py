@@ -48,8 +48,10 @@ class FluxPolicy(PipelinePolicy):
                            "scheduler")
 
     def __init__(self, pipe, steps: int, guidance_scale: float = 3.5, resolution: int | None = None,
-                 max_sequence_length: int = 512, precision: str = "auto", device: str | torch.device | None = None):
-        super().__init__(pipe, steps, guidance_scale, resolution, max_sequence_length, precision, device)
+                 max_sequence_length: int = 512, precision: str = "auto", device: str | torch.device | None = None,
+                 offload_text_encoders: bool = False):
+        super().__init__(pipe, steps, guidance_scale, resolution, max_sequence_length, precision, device,
+                         offload_text_encoders)
         _, h, w = self.latent_shape
         self._img_ids = self.pipe._prepare_latent_image_ids(1, h // 2, w // 2, self.device, torch.float32)
         self.guided = bool(self.pipe.transformer.config.guidance_embeds)

@@ -39,6 +39,26 @@ def load_lora_into_policy(policy, checkpoint: str | Path) -> Path:
     return path
 
 
+def lora_parameters(transformer, targets: tuple[str, ...], rank: int) -> tuple[int, int]:
+    """(LoRA parameters, targeted linear layers) of rank ``rank`` on the modules peft would match:
+    r·(in + out) for every ``nn.Linear`` whose name is, or ends in ``.``, one of ``targets``."""
+    import torch
+
+    total = layers = 0
+    for name, module in transformer.named_modules():
+        if isinstance(module, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
+            total += rank * (module.in_features + module.out_features)
+            layers += 1
+    return total, layers
+
+
+def trained_parameters(transformer, rank: int, targets: tuple[str, ...]) -> int:
+    """The parameters a run trains: its LoRA's (``rank`` > 0), else the whole transformer's."""
+    if rank > 0:
+        return lora_parameters(transformer, tuple(targets), rank)[0]
+    return sum(p.numel() for p in transformer.parameters())
+
+
 def resolve_adapter(checkpoint: str | Path) -> Path:
     """The adapter file of a run folder (its latest checkpoint), a checkpoint folder or the file itself."""
     p = Path(checkpoint)

@@ -85,7 +85,8 @@ class QwenImagePolicy(PipelinePolicy):
 
     def encode_negative(self) -> torch.Tensor:
         if NEGATIVE_PROMPT not in self._cache:
-            self._cache[NEGATIVE_PROMPT] = self.encode_missing([NEGATIVE_PROMPT])[0]
+            with self.text_encoders_on_device():
+                self._cache[NEGATIVE_PROMPT] = self.encode_missing([NEGATIVE_PROMPT])[0]
         return self._cache[NEGATIVE_PROMPT]
 
     def velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: QwenConditioning) -> torch.Tensor:

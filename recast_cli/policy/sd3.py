@@ -60,17 +60,20 @@ class SD3Policy(PipelinePolicy):
     PACK = 1  # the SD3 transformer patches the latent itself
 
     def __init__(self, pipe, steps: int, guidance_scale: float = 4.5, resolution: int | None = None,
-                 max_sequence_length: int = 256, precision: str = "auto", device: str | torch.device | None = None):
-        super().__init__(pipe, steps, guidance_scale, resolution, max_sequence_length, precision, device)
+                 max_sequence_length: int = 256, precision: str = "auto", device: str | torch.device | None = None,
+                 offload_text_encoders: bool = False):
+        super().__init__(pipe, steps, guidance_scale, resolution, max_sequence_length, precision, device,
+                         offload_text_encoders)
         self.shift = float(self.pipe.scheduler.config.shift)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, steps: int, guidance_scale: float = 4.5, resolution: int | None = None,
                         max_sequence_length: int = 256, precision: str = "auto",
-                        device: str | torch.device | None = None) -> SD3Policy:
+                        device: str | torch.device | None = None, offload_text_encoders: bool | None = None,
+                        trainable=None) -> SD3Policy:
         """Load an SD3 pipeline folder (SD3.5-Medium layout) with no network access."""
         return super().from_pretrained(folder, steps, guidance_scale, resolution, max_sequence_length, precision,
-                                       device)
+                                       device, offload_text_encoders, trainable)
 
     @classmethod
     def latent_channels(cls, transformer: dict[str, Any], vae: dict[str, Any]) -> int:

@@ -62,8 +62,13 @@ class AestheticScore(BatchedScorer):
     @torch.inference_mode()
     def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
         pixels = self.processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
-        f = hfclip.image_features(self.model, pixels.to(self.device))
-        return self.head(f / f.norm(dim=-1, keepdim=True)).squeeze(1).double().cpu().numpy()
+        return aesthetic_score(self.model, self.head, pixels.to(self.device)).double().cpu().numpy()
+
+
+def aesthetic_score(model, head: AestheticMLP, pixel_values: torch.Tensor) -> torch.Tensor:
+    """MLP(f/‖f‖) per image [B], f the CLIP model's projected image embedding."""
+    f = hfclip.image_features(model, pixel_values)
+    return head(f / f.norm(dim=-1, keepdim=True)).squeeze(1)
 
 
 def load_head(path: Path, input_size: int) -> AestheticMLP:

@@ -46,8 +46,7 @@ class ClipScore(BatchedScorer):
     def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
         batch = torch.stack([self.transform(p) for p in images]).to(self.device)
         tokens = hfclip.tokenize(self.processor, self.model, prompts, "max_length", self.device)
-        cos = hfclip.cosine(hfclip.image_features(self.model, batch), hfclip.text_features(self.model, **tokens))
-        return (self.model.logit_scale.exp() * cos / LOGIT_DIVISOR).double().cpu().numpy()
+        return hfclip.scaled_cosine(self.model, batch, **tokens, divisor=LOGIT_DIVISOR).double().cpu().numpy()
 
 
 def pixel_transform(image_processor):

@@ -21,6 +21,14 @@ def load_model(scorer: str, path: Path, device: torch.device):
     return model.eval().requires_grad_(False).to(device)
 
 
+def build_model(config: dict):
+    """A ``CLIPModel`` of the architecture a CLIP folder's ``config.json`` describes, weights not loaded
+    (``recast preflight`` builds it on the meta device)."""
+    from transformers import CLIPConfig, CLIPModel
+
+    return CLIPModel(CLIPConfig(**{k: v for k, v in config.items() if k != "architectures"}))
+
+
 def load_processor(scorer: str, path: Path):
     """A ``CLIPProcessor`` (tokenizer + image processor) from a local folder."""
     from transformers import CLIPProcessor
@@ -47,6 +55,13 @@ def image_features(model, pixel_values: torch.Tensor) -> torch.Tensor:
 def text_features(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Projected text embeddings [B, d] (not normalised): text_projection(pooled text output)."""
     return model.text_projection(model.text_model(input_ids=input_ids, attention_mask=attention_mask).pooler_output)
+
+
+def scaled_cosine(model, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  divisor: float) -> torch.Tensor:
+    """exp(logit_scale)·cos(image, text) / divisor per (image, prompt) row: ``clip`` (30) and ``pick`` (26)."""
+    cos = cosine(image_features(model, pixel_values), text_features(model, input_ids, attention_mask))
+    return model.logit_scale.exp() * cos / divisor
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -57,9 +57,27 @@ class HpsScore(BatchedScorer):
     def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
         pixels = torch.stack([self.preprocess(im) for im in images]).to(self.device)
         text = self.tokenizer(prompts).to(self.device)
-        img = self.model.encode_image(pixels, normalize=True)
-        txt = self.model.encode_text(text, normalize=True)
-        return (img * txt).sum(dim=-1).double().cpu().numpy()
+        return hps_cosine(self.model, pixels, text).double().cpu().numpy()
+
+
+def hps_cosine(model, pixels: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """cos(image, text) per (image, prompt) row [B] of an open_clip model."""
+    return (model.encode_image(pixels, normalize=True) * model.encode_text(text, normalize=True)).sum(dim=-1)
+
+
+def architecture_config(arch: str) -> dict:
+    """The open_clip model config of ``arch`` (a known model name, or a JSON config file it registers)."""
+    import open_clip
+
+    return open_clip.get_model_config(_register_arch(open_clip, arch))
+
+
+def build_architecture(config: dict):
+    """The ``open_clip.CLIP`` that ``create_model(arch, pretrained=None)`` builds from ``config``, without
+    its move to a device, so it can be built on the meta device (``recast preflight``)."""
+    from open_clip.model import CLIP
+
+    return CLIP(**config, output_dict=True)
 
 
 def _register_arch(open_clip, arch: str) -> str:

@@ -45,6 +45,5 @@ class PickScore(BatchedScorer):
     def score_chunk(self, images: list, prompts: list[str]) -> np.ndarray:
         pixels = self.processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
         tokens = hfclip.tokenize(self.processor, self.model, prompts, "longest", self.device)
-        img = hfclip.image_features(self.model, pixels.to(self.device))
-        cos = hfclip.cosine(img, hfclip.text_features(self.model, **tokens))
-        return (self.model.logit_scale.exp() * cos / PICK_DIVISOR).double().cpu().numpy()
+        return hfclip.scaled_cosine(self.model, pixels.to(self.device), **tokens,
+                                    divisor=PICK_DIVISOR).double().cpu().numpy()

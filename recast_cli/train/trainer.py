@@ -109,6 +109,7 @@ class Trainer:
         the optimizer and the EMA."""
         from accelerate import Accelerator
 
+        from recast_cli.policy.lora import trained_parameters
         from recast_cli.settings import build_policy, build_reward
 
         plan, cfg = self.plan, self.cfg
@@ -123,7 +124,9 @@ class Trainer:
                            "on CPUs pass --device cpu")
         if cfg.prompts_per_step % self.world:
             raise BadInput(f"prompts_per_step = {cfg.prompts_per_step} groups do not split over {self.world} processes")
-        self.policy = policy if policy is not None else build_policy(plan.setting.policy, device=str(self.acc.device))
+        self.policy = policy if policy is not None else build_policy(
+            plan.setting.policy, device=str(self.acc.device),
+            trainable=lambda transformer: trained_parameters(transformer, cfg.lora_rank, cfg.lora_targets))
         self.T = self.policy.T
         self.scorers = scorers if scorers is not None else \
             [build_reward(plan.setting.policy, name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]

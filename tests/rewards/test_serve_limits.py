@@ -72,13 +72,19 @@ def read_reply(sock: socket.socket) -> tuple[int, dict]:
 
 def exchange(port: int, data: bytes, half_close: bool = False) -> tuple[int, dict]:
     """Send ``data`` on a new connection (then close the write side if told) and read the reply;
-    a 503 from a connection cap whose previous holder is still closing is tried again."""
+    a 503 from a connection cap whose previous holder is still closing (or the reset of such a
+    connection) is tried again."""
     for _ in range(50):
-        with connect(port) as sock:
-            sock.sendall(data)
-            if half_close:
-                sock.shutdown(socket.SHUT_WR)
-            status, body = read_reply(sock)
+        try:
+            with connect(port) as sock:
+                sock.sendall(data)
+                if half_close:
+                    sock.shutdown(socket.SHUT_WR)
+                status, body = read_reply(sock)
+        except ConnectionError:
+            # a connection turned away at the cap can be reset before its 503 is read (the server
+            # closes it with our bytes unread): under load that is the same answer as a 503
+            status, body = 503, {}
         if status != 503:
             return status, body
         time.sleep(0.1)

@@ -4,7 +4,8 @@ A setting names its policy and the defaults of every stage. ``--setting NAME`` r
 ``pipelines/NAME.toml`` of this checkout; ``--setting PATH.toml`` reads any file. Paths inside
 a setting are relative to the file, so a setting folder can be moved as a whole.
 
-This module reads the ``[policy]`` table; every other table has its parser beside the code that
+This module reads the ``[policy]`` table and hands ``[world]`` (an analytic world's mixture and
+rewards) to its parser in ``policy/world1d.py``; every other table has its parser beside the code that
 uses it (``[train]`` in ``train/config.py``, ``[evaluate]`` in ``evaluate/config.py``, ``[study]`` in
 ``study.py``, ``[rewards.NAME]`` in ``rewards/options.py``), each built with ``parse_table``.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -23,18 +25,25 @@ from recast_cli import bounds
 from recast_cli.errors import BadInput, cut
 from recast_cli.hub import HubRef, cached, hub_id_of, resolve_hub
 from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
+from recast_cli.policy.world1d import DEFAULT_WORLD, World1D, world_from_table
 from recast_cli.rewards.options import reward_options as reward_tables
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
-POLICY_KINDS = (*IMAGE_KINDS, "gmm1d", "flow1d")
+ANALYTIC_KINDS = ("gmm1d", "flow1d")
+POLICY_KINDS = (*IMAGE_KINDS, *ANALYTIC_KINDS)
 PROMPT_CHECKS = ("none", "toy")
 #: The tables a setting may hold; any other (a typo such as [trian]) is refused by name.
-KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate")
+KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate", "world")
+#: Names no reward of a [world] may take: every column label of a curve table is a scorer or this.
+RESERVED_REWARDS = ("aggregate",)
 #: The type of each [policy] key (int keys refuse booleans and floats, number keys take ints too).
 POLICY_TYPES = {"kind": str, "path": str, "steps": int, "guidance_scale": float, "resolution": int,
                 "max_sequence_length": int, "precision": str, "noise_level": float, "prompt_check": str,
                 "features": int, "hidden": int, "offload_text_encoders": bool}
 
+
+#: A [world] reward's name: it goes into --rewards lists, tables and file names.
+WORLD_REWARD_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 T = TypeVar("T")
 
@@ -100,6 +109,7 @@ class PolicySpec:
     prompt_check: str = "none"
     features: int = 6  # flow1d: geometric Fourier frequencies of x and σ in the residual MLP
     hidden: int = 32  # flow1d: its hidden width
+    world: World1D | None = None  # gmm1d, flow1d: the setting's [world]; None: the default world (METHOD.md §4)
     #: image policies: the text encoders on the host between encodes; None: ``offload_by_default``
     offload_text_encoders: bool | None = None
     hub: HubRef | None = None  # ``path`` named a Hub repo id (and no local folder of that name exists)
@@ -156,14 +166,63 @@ def load_setting(name_or_path: str) -> Setting:
     table = raw.get("policy")
     if not isinstance(table, dict):
         raise BadInput(f"{path}: no [policy] table")
-    return Setting(name=path.stem, file=path, policy=policy_spec(table, path), raw=raw)
+    spec = policy_spec(table, path)
+    if "world" in raw:
+        spec = replace(spec, world=world_spec(raw["world"], spec.kind, path))
+    return Setting(name=path.stem, file=path, policy=spec, raw=raw)
+
+
+def world_spec(table: Any, kind: str, path: Path) -> World1D:
+    """The ``[world]`` table of an analytic setting (docs/settings.md "[world]"): the parser of
+    ``policy/world1d.py``, then the reward names against the scorer registry (a world's reward
+    may reuse only the analytic world's own names: coarse, mid, fine, fine_wide)."""
+    if kind not in ANALYTIC_KINDS:
+        raise BadInput(f"{path}: [world] defines an analytic world; a {kind} policy has none "
+                       f"(only {' and '.join(ANALYTIC_KINDS)} take it)")
+    try:
+        world = world_from_table(table, label=f"the [world] of {path.name}")
+    except BadInput as exc:
+        raise BadInput(f"{path}: {exc}") from None
+    from recast_cli.rewards.registry import scorer_names
+
+    taken = [n for n in scorer_names() if n not in DEFAULT_WORLD.reward_names] + list(RESERVED_REWARDS)
+    for name in world.reward_names:
+        if not WORLD_REWARD_NAME.fullmatch(name):
+            raise BadInput(f"{path}: [world.rewards.{name}]: a reward name is lower-case letters, digits and _, "
+                           "starting with a letter")
+        if name in taken:
+            raise BadInput(f"{path}: [world.rewards.{name}]: {name!r} is the name of another scorer; name the "
+                           "world's reward otherwise")
+    return world
+
+
+def analytic_world(spec: PolicySpec) -> World1D:
+    """The world of a gmm1d or flow1d setting: its ``[world]``, else the default (METHOD.md §4)."""
+    if spec.kind not in ANALYTIC_KINDS:
+        raise BadInput(f"a {spec.kind} policy has no analytic world (only {' and '.join(ANALYTIC_KINDS)})")
+    return spec.world if spec.world is not None else DEFAULT_WORLD
+
+
+def build_reward(spec: PolicySpec, name: str, **options: Any):
+    """The scorer ``name`` of a setting: for a gmm1d or flow1d policy a reward of its world (BadInput
+    if the world has none of that name), else the scorer registry's (``rewards.build_scorer``)."""
+    if spec.kind in ANALYTIC_KINDS:
+        from recast_cli.policy.gmm1d import GMM1DReward
+
+        if options:
+            raise BadInput(f"reward {name!r} of the analytic world takes no options, got {', '.join(options)}")
+        return GMM1DReward(name, analytic_world(spec))
+    from recast_cli.rewards import build_scorer
+
+    return build_scorer(name, **options)
 
 
 def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
     """The ``[policy]`` table as a :class:`PolicySpec` (through :func:`parse_table`, like every table):
     unknown keys, then each key's type, then ``kind`` and ``prompt_check`` against their choices;
     ``path`` is resolved against the setting file's folder; one that exists nowhere there but reads as
-    a Hub repo id (``owner/name[@revision]``) becomes ``hub``, resolved from the cache when used."""
+    a Hub repo id (``owner/name[@revision]``) becomes ``hub``, resolved from the cache when used.
+    ``world`` is no key (``[world]`` is a table)."""
 
     def typed(key: str) -> Callable[[Any], Any]:
         kind = POLICY_TYPES[key]
@@ -185,7 +244,7 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
 
     parse = {key: typed(key) for key in POLICY_TYPES}
     parse["path"] = lambda value: (path.parent / typed("path")(value)).resolve()
-    spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None}, hub=None)
+    spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None}, hub=None, world=None)
     ref = hub_id_of(table["path"], path.parent) if "path" in table else None
     if ref is not None:  # a repo id, no local folder of that name: the cache resolves it when it is used
         spec = replace(spec, path=None, hub=ref)
@@ -223,11 +282,11 @@ def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None 
     if spec.kind == "gmm1d":
         from recast_cli.policy.gmm1d import GMM1DPolicy
 
-        return GMM1DPolicy(steps=steps)
+        return GMM1DPolicy(steps=steps, world=analytic_world(spec))
     if spec.kind == "flow1d":
         from recast_cli.policy.flow1d import Flow1DPolicy
 
-        return Flow1DPolicy(steps=steps, features=spec.features, hidden=spec.hidden)
+        return Flow1DPolicy(steps=steps, features=spec.features, hidden=spec.hidden, world=analytic_world(spec))
     folder = spec.folder()
     if folder is None:
         raise BadInput(f"an {spec.kind} policy needs [policy] path = the model folder or a Hub repo id")

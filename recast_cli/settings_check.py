@@ -3,6 +3,8 @@
 Each table is read by its own parser, the one its stage uses, and then checked here:
 
 * ``[policy]``  the model (``recast_cli.settings``);
+* ``[world]``   a gmm1d or flow1d setting's analytic world: mixture and step-function rewards
+  (``recast_cli.policy.world1d``, read with the setting); its rewards are the training rewards' scorers;
 * ``[train]``   the trainer's defaults (``recast_cli.train.config``);
 * ``[rewards.NAME]`` the constructor options of scorer NAME (model paths, device, server url;
   ``recast_cli.rewards.options``);
@@ -34,7 +36,7 @@ from recast_cli.rewards.options import (
     weight_specs,
 )
 from recast_cli.rewards.weights import resolve
-from recast_cli.settings import KNOWN_TABLES, Setting, check_prompts, load_setting
+from recast_cli.settings import ANALYTIC_KINDS, KNOWN_TABLES, Setting, analytic_world, check_prompts, load_setting
 from recast_cli.study import StudySpec, load_study
 from recast_cli.train.config import check_config, config_from_setting as train_config
 
@@ -185,6 +187,9 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
     base = setting.file.parent
     c.step("tables", ", ".join(setting.raw), lambda: _check_tables(setting))
     c.step("[policy]", setting.policy.kind, lambda: _check_policy(setting))
+    analytic = setting.policy.kind in ANALYTIC_KINDS
+    if analytic:
+        c.step("[world]", "mixture, rewards", lambda: _describe_world(setting))
     cfg = c.step("[train]", "config", lambda: _train_config(setting))
     options = {}
     rewards_table = setting.raw.get("rewards", {})
@@ -196,6 +201,9 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
     used = list(cfg.rewards) if cfg is not None else []
     used += [j for j in (evaluate.judges if evaluate else ()) if j not in used]
     for name in dict.fromkeys(used + list(options)):
+        if analytic and name in used:  # the samples x_0 are scored by the world's own rewards
+            c.step(f"reward {name}", "of the analytic world", lambda n=name: _world_reward(setting, n))
+            continue
         c.step(f"scorer {name}", "options, weights", lambda n=name: check_scorer(n, options.get(n, {}), n in used))
     if cfg is not None:
         c.step("[train] prompts", cfg.prompts, lambda: _check_prompt_file(setting, cfg.prompts, cfg.rewards, options))
@@ -247,6 +255,21 @@ def _check_policy(setting: Setting) -> str:
     _, grid = policy_class(spec.kind).folder_grid(folder, spec.steps, spec.resolution)
     named = f" ({spec.hub})" if spec.hub is not None else ""
     return f"{spec.kind} model folder {folder}{named}; grid {grid.describe()}"
+
+
+def _describe_world(setting: Setting) -> str:
+    world = analytic_world(setting.policy)
+    lo, hi = world.support()
+    which = "the default world (METHOD.md §4)" if setting.policy.world is None else "[world]"
+    cells = ", ".join(f"{name} ({int(reward.count_cells(lo, hi))} cells)" for name, reward in world.rewards)
+    return f"{which}: {len(world.means)} components; rewards {cells}"
+
+
+def _world_reward(setting: Setting, name: str) -> str:
+    world = analytic_world(setting.policy)
+    world.check_reward(name)
+    low, high = world.reward_range(name)
+    return f"step function, values {low:g} to {high:g}"
 
 
 def _train_config(setting: Setting):

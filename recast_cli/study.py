@@ -406,7 +406,7 @@ def analytic_study_makefile(setting, study, root: Path, recast: str = "recast", 
     base policy, every budget × mode × seed trained from the exact π^old, each run evaluated
     at every checkpoint under the training sampler and at its last under the ODE.
 
-        exact gains (recast estimate --policy gmm1d --exact)   sampled gains at the base policy
+        exact gains (recast estimate --exact: gmm1d, or the setting's [world])   sampled gains at the base policy
               →  solve-w per budget × mode (and ReCAST's W from the sampled gains, for the report)
               →  train budget × mode × seed  →  evaluate: curve (sde, every checkpoint), final (ode)
               →  report;  a ``control`` setting's study runs the same way under $(R)/control/
@@ -428,10 +428,11 @@ def analytic_study_makefile(setting, study, root: Path, recast: str = "recast", 
                   f"RECAST ?= {recast}", f"R := {root}", "", ".PHONY: all",
                   "all: $(R)/report/report.md" + (" $(R)/control/report/report.md" if study.control else ""), ""]
     exact, sampled = f"{R}/gains/exact.parquet", f"{R}/gains.parquet"
+    exact_policy = "gmm1d" if setting.policy.world is None else S  # a [world] of its own: the setting's exact curves
     p_flag = f" --p {study.p}" if study.p else ""
     lines += [
         f"{exact}:",
-        f"	$(RECAST) estimate --policy gmm1d --rewards {rewards} --exact --steps {study.estimate_steps} "
+        f"	$(RECAST) estimate --policy {exact_policy} --rewards {rewards} --exact --steps {study.estimate_steps} "
         f"--alpha {study.alpha:g} --out $@",
         "",
         f"{sampled}:",

@@ -108,7 +108,8 @@ def prepare_weights(plan: StudyPlan, quiet: bool = False) -> None:
     opts = GainOptions(alphas=(study.alpha,))
     if "exact" in needed and not gains["exact"].is_file():
         gains["exact"].parent.mkdir(parents=True, exist_ok=True)
-        cfg = EstimateConfig(policy="gmm1d", rewards=study.rewards, steps=study.estimate_steps)
+        exact_policy = "gmm1d" if setting.policy.world is None else str(setting.file)  # the setting's [world]
+        cfg = EstimateConfig(policy=exact_policy, rewards=study.rewards, steps=study.estimate_steps)
         estimate_stage.exact_table(cfg, opts, gains["exact"])
     if "estimate" in needed and not gains["estimate"].is_file():
         gains["estimate"].parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,7 @@ def run_cell(plan: StudyPlan, cell: CellPlan, progress=None) -> CellTable:
     """Train and evaluate every seed of one cell; write its ``recast.cell/1`` file atomically."""
     import torch
 
-    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.batched.engine import BatchedTrainer, Cell, Mixture
     from recast_cli.train.plan import check_weights, run_noise_level
 
     setting, T = plan.setting, plan.setting.policy.steps
@@ -152,6 +153,9 @@ def run_cell(plan: StudyPlan, cell: CellPlan, progress=None) -> CellTable:
     engine_cell = Cell(cfg=cell.cfg, W=w.W, trained_steps=tuple(steps), noise_level=run_noise_level(cell.cfg,
                        setting.policy), T=T, seeds=plan.seeds, features=setting.policy.features,
                        hidden=setting.policy.hidden, eval_n=plan.eval_n, eval_seed=plan.eval_seed)
+    world = setting.policy.world
+    if world is not None:  # a [world] of the setting's own: its mixture's v*, its step-function rewards
+        engine_cell = replace(engine_cell, mixture=Mixture(world.w, world.mu, world.s), score=world.reward_value)
     start = time.perf_counter()
     trainer = BatchedTrainer(engine_cell)
     result = trainer.run(progress)

@@ -43,7 +43,8 @@ def estimate_command(
     seed: int = typer.Option(0),
     batch_size: int = typer.Option(64, help="Rollouts per model batch (does not change results)."),
     shard: Optional[str] = typer.Option(None, help="i/n: this process's share of prompts; merge with recast merge."),
-    exact: bool = typer.Option(False, help="gmm1d only: write the exact curves in the same schema."),
+    exact: bool = typer.Option(False, help="Analytic worlds only (--policy gmm1d, or a gmm1d/flow1d setting and its "
+                                              "[world]): write the exact curves in the same schema."),
     from_scores: Optional[Path] = typer.Option(None, help="Recompute gains from a recast.scores/1 table "
                                                           "(no rollouts). With several --alpha values each table "
                                                           "goes to OUT-alpha{α}.parquet."),

@@ -44,7 +44,7 @@ from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
 from recast_cli.grid import GridSpec
 from recast_cli.estimate.config import (EstimateConfig, GainOptions, check_bootstrap_cells, check_config,
                                         check_score_cells, parse_shard)
-from recast_cli.estimate.worlds import World, build_world
+from recast_cli.estimate.worlds import World, build_world, exact_world
 
 
 def output_paths(out: Path, alphas: Sequence[float]) -> list[Path]:
@@ -254,18 +254,16 @@ def _recorded_scale(table: ScoreTable) -> tuple[np.ndarray | None, str]:
 
 
 def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainTable]:
-    """``--exact`` on gmm1d: the exact D curves in the gain-table schema, one table per α."""
-    from recast_cli.policy.gmm1d import exact_gain_table
-
+    """``--exact`` on an analytic world (``--policy gmm1d``, or a gmm1d/flow1d setting with its
+    ``[world]``): the exact D curves in the gain-table schema, one table per α."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from recast_cli.policy.gmm1d import check_reward
+    from recast_cli.policy.gmm1d import exact_gain_table
 
-    if cfg.policy != "gmm1d":
-        raise BadInput("--exact is only defined for --policy gmm1d")
+    world, where, sources = exact_world(cfg.policy)
     for reward in cfg.rewards:
-        check_reward(reward)
+        world.check_reward(reward)
     paths = output_paths(out, opts.alphas)
     for path in paths:
         claim_output(path, GAINS_SCHEMA)
@@ -276,8 +274,9 @@ def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainT
         for alpha, path in zip(opts.alphas, paths):
             table = exact_gain_table(tuple(cfg.rewards), alpha=alpha, steps=cfg.steps,
                                      beta=opts.beta if opts.beta is not None else 0.5,
-                                     advance=lambda: progress.advance(task))
-            write_gains(path, table, config={"world": "gmm1d", "exact": True, "alpha": alpha})
+                                     advance=lambda: progress.advance(task), world=world)
+            write_gains(path, table, config={"world": "gmm1d", "exact": True, "alpha": alpha, **where},
+                        sources=sources)
             tables.append(table)
     return tables
 

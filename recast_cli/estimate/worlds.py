@@ -48,44 +48,73 @@ def build_world(cfg: EstimateConfig) -> World:
     run's LoRA).
     """
     from recast_cli.rewards.registry import is_known, scorer_names
+    from recast_cli.policy.world1d import DEFAULT_WORLD
 
     if cfg.policy == "gmm1d":
-        return _gmm1d_world(cfg)
-    from recast_cli.settings import load_setting
+        return _gmm1d_world(cfg, DEFAULT_WORLD)
+    from recast_cli.settings import analytic_world, load_setting
 
-    unknown = [r for r in cfg.rewards if not is_known(r)]
-    if unknown:
-        raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(scorer_names())}")
     setting_name, checkpoint = resolve_policy(cfg.policy)
     setting = load_setting(setting_name)
     if setting.policy.kind == "flow1d":
         return _flow1d_world(cfg, setting, checkpoint)
+    if setting.policy.kind == "gmm1d":
+        if checkpoint is not None:
+            raise BadInput(f"--policy {cfg.policy}: a gmm1d setting is not trained; it has no checkpoints")
+        return _gmm1d_world(cfg, analytic_world(setting.policy), setting)
+    unknown = [r for r in cfg.rewards if not is_known(r)]
+    if unknown:
+        raise BadInput(f"unknown reward {unknown[0]!r}; known: {', '.join(scorer_names())}")
     return _image_world(cfg, setting, checkpoint)
 
 
-def _gmm1d_world(cfg: EstimateConfig) -> World:
-    """The exact analytic world: exact π⁺ draws per reward, P replicates of one "prompt"."""
-    from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DPolicy, GMM1DReward, sample_positive
+def exact_world(policy: str) -> tuple[Any, dict, list[Source]]:
+    """The world ``recast estimate --exact`` computes in: ``gmm1d`` (METHOD.md §4's), or a gmm1d or
+    flow1d setting's (its ``[world]``, else the default) → (world, config entries, sources)."""
+    from recast_cli.policy.world1d import DEFAULT_WORLD
+    from recast_cli.settings import ANALYTIC_KINDS, analytic_world, load_setting
 
-    unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
-    if unknown:
-        raise BadInput(f"gmm1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
+    if policy == "gmm1d":
+        return DEFAULT_WORLD, {}, []
+    setting_name, checkpoint = resolve_policy(policy)
+    if checkpoint is not None:
+        raise BadInput(f"--exact: {policy} is a trained checkpoint, whose curves have no closed form; "
+                       "--exact takes gmm1d or a gmm1d/flow1d setting (its base policy)")
+    setting = load_setting(setting_name)
+    if setting.policy.kind not in ANALYTIC_KINDS:
+        raise BadInput(f"--exact is only defined for the analytic worlds: --policy gmm1d or a gmm1d/flow1d "
+                       f"setting, not a {setting.policy.kind} setting")
+    return analytic_world(setting.policy), {"setting": str(setting.file)}, [Source.of(setting.file)]
+
+
+def _gmm1d_world(cfg: EstimateConfig, world, setting=None) -> World:
+    """The exact analytic world (``--policy gmm1d``, or a gmm1d setting with its ``[world]``): exact π⁺
+    draws per reward, P replicates of one "prompt"."""
+    from recast_cli.policy.gmm1d import GMM1DPolicy, GMM1DReward
+
+    for r in cfg.rewards:
+        world.check_reward(r)
     if cfg.positives is not None:
         raise BadInput("gmm1d draws exact π⁺ samples; it takes no --positives")
-    policy = GMM1DPolicy(steps=cfg.steps)
+    policy = GMM1DPolicy(steps=cfg.steps, world=world)
     P = cfg.P or 4
     prompts = [f"gmm1d-{p}" for p in range(P)]
 
     def positives(p: int) -> list[torch.Tensor]:
         # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
-        return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
-                                                 beta=0.5)).view(-1, 1)
+        return [torch.from_numpy(world.sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
+                                                       beta=0.5)).view(-1, 1)
                 for i, r in enumerate(cfg.rewards)]
 
-    return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
+    info: dict[str, Any] = {"name": "gmm1d", "steps": cfg.steps}
+    sources = []
+    if setting is not None:
+        info["setting"] = str(setting.file)
+        sources.append(Source.of(setting.file))
+    return World(policy, [GMM1DReward(r, world) for r in cfg.rewards], prompts, list(range(P)),
                  positives if cfg.sampling == "pplus" else None,
-                 {"name": "gmm1d", "steps": cfg.steps}, {"source": "exact"} if cfg.sampling == "pplus" else {},
-                 [], True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
+                 info, {"source": "exact"} if cfg.sampling == "pplus" else {},
+                 sources, True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
 
 
 def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
@@ -186,12 +215,13 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
     reward's N positives are resampled (SIR, E2) from ``SIR_DRAWS_PER_POSITIVE``·N of the
     policy's own SDE draws, with probability ∝ exp(r/β) — exact as the draws grow.
     """
-    from recast_cli.policy.gmm1d import ALL_REWARDS, GMM1DReward, reward_value, sample_positive
-    from recast_cli.settings import build_policy
+    from recast_cli.policy.gmm1d import GMM1DReward
+    from recast_cli.settings import analytic_world, build_policy
 
-    unknown = [r for r in cfg.rewards if r not in ALL_REWARDS]
+    world = analytic_world(setting.policy)
+    unknown = [r for r in cfg.rewards if r not in world.reward_names]
     if unknown:
-        raise BadInput(f"flow1d has no reward {unknown[0]!r}; it has {', '.join(ALL_REWARDS)}")
+        raise BadInput(f"flow1d has no reward {unknown[0]!r}; it has {', '.join(world.reward_names)}")
     if cfg.positives is not None:
         raise BadInput("flow1d draws its own π⁺ samples (exact at the base, resampled at a checkpoint); "
                        "it takes no --positives")
@@ -212,8 +242,8 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
 
     def positives(p: int) -> list[torch.Tensor]:
         if checkpoint is None:  # the exact π^old: exact π⁺ by rejection, one set per reward
-            return [torch.from_numpy(sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
-                                                     beta=beta)).view(-1, 1)
+            return [torch.from_numpy(world.sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
+                                                           beta=beta)).view(-1, 1)
                     for i, r in enumerate(cfg.rewards)]
         draws = SIR_DRAWS_PER_POSITIVE * cfg.N
         seeds = torch.from_numpy(sir_draw_seeds(cfg.seed, p, draws))
@@ -221,7 +251,7 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
                            keep_log_probs=False).states[:, -1]
         sets = []
         for i, r in enumerate(cfg.rewards):
-            logits = reward_value(r, x0.numpy().reshape(-1)) / beta
+            logits = world.reward_value(r, x0.numpy().reshape(-1)) / beta
             weights = np.exp(logits - logits.max())
             picks = sir_rng(cfg.seed, p, i).choice(draws, size=cfg.N, p=weights / weights.sum())
             sets.append(x0[torch.from_numpy(picks)].clone())
@@ -229,7 +259,7 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
 
     positives_info = ({"source": "exact"} if checkpoint is None else
                       {"source": "sir", "draws_per_positive": SIR_DRAWS_PER_POSITIVE, "beta": beta})
-    return World(policy, [GMM1DReward(r) for r in cfg.rewards], prompts, list(range(P)),
+    return World(policy, [GMM1DReward(r, world) for r in cfg.rewards], prompts, list(range(P)),
                  positives if cfg.sampling == "pplus" else None, info,
                  positives_info if cfg.sampling == "pplus" else {}, sources, True,
                  len(cfg.rewards) if cfg.sampling == "pplus" else 1)

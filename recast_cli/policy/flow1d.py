@@ -2,12 +2,13 @@
 
     v_θ(x, σ) = v*(x, σ) + MLP_θ(x, σ)
 
-v* is the exact rectified-flow velocity of π^old = ¼ Σ_j N(μ_j, 0.25²) (:mod:`gmm1d`), and
+v* is the exact rectified-flow velocity of the world's π^old (by default ¼ Σ_j N(μ_j, 0.25²) of
+:mod:`gmm1d`; a setting's ``[world]`` defines another, :mod:`world1d`), and
 MLP_θ a small network on Fourier features of x and σ whose last layer starts at zero. So at
 step 0 the policy *is* the exact π^old, and the reference of the KL term (the residual
 switched off, or its zero-initialised copy) is exact too: whatever training moves, it moves
 away from a distribution whose gain curves are known in closed form (``recast estimate
---exact``). Samples are scalars x_0; the rewards ``coarse``, ``mid``, ``fine`` score them.
+--exact``). Samples are scalars x_0; the world's rewards (``coarse``, ``mid``, ``fine``, ...) score them.
 
 It is a :class:`~recast_cli.policy.base.FlowPolicy` like SD3: the shared SDE step (E1), the
 mixed-t rollouts and trajectory sampling run unchanged, the network the trainer updates is
@@ -26,6 +27,7 @@ from torch import nn
 
 from recast_cli.errors import BadInput
 from recast_cli.policy.gmm1d import GMM1DConditioning, GMM1DPolicy
+from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 
 #: The scale of x in the Fourier features: the world lives in about [−3.5, 3.5].
 X_SCALE = 4.0
@@ -76,11 +78,13 @@ class Flow1DPolicy(GMM1DPolicy):
     """The gmm1d world with a trainable residual velocity (see the module docstring).
 
     ``latent_shape == (1,)``, float64 on the CPU, the linear grid σ_t = t/T; ``decode`` and
-    ``encode`` are the identity on x_0 as in gmm1d.
+    ``encode`` are the identity on x_0 as in gmm1d. ``world`` is the mixture whose exact velocity
+    v* is and the rewards (default: gmm1d's).
     """
 
-    def __init__(self, steps: int = 25, features: int = 6, hidden: int = 32, seed: int = 0):
-        super().__init__(steps=steps, exact_rollouts=False)
+    def __init__(self, steps: int = 25, features: int = 6, hidden: int = 32, seed: int = 0,
+                 world: World1D = DEFAULT_WORLD):
+        super().__init__(steps=steps, exact_rollouts=False, world=world)
         self.network = ResidualMLP(features, hidden, seed)
         self.denoiser: nn.Module = self.network
 

@@ -10,6 +10,11 @@ rectified-flow velocity and its rollouts draw the exact posterior x_0 | x_t, so 
 (E6–E8) can be run on it and compared with the exact curves. Exact π^old and π⁺ samples
 (E2, by rejection) and the three rewards as functions of x_0 complete the world.
 
+The world itself — mixture and rewards — is data: :mod:`recast_cli.policy.world1d`'s
+:class:`~recast_cli.policy.world1d.World1D`. The functions here are those of its
+``DEFAULT_WORLD`` (the world above); :class:`GMM1DPolicy`, :class:`GMM1DReward` and
+:func:`exact_gain_table` take any world, e.g. a setting's ``[world]`` table (docs/settings.md).
+
 Run ``python -m recast_cli.policy.gmm1d OUT.parquet`` to write the exact ``recast.gains/1``
 table (coarse, mid, fine; α = 2; T = 25) shipped as the example in ``pipelines/examples/``.
 """
@@ -22,169 +27,97 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.special import logsumexp, ndtr
+from scipy.special import ndtr
 
 from recast_cli.artifacts import GainTable, write_gains
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.base import FlowPolicy, step_noise
+from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.rewards.base import Scorer
 
-MEANS = np.array([-2.4, -1.6, 1.6, 2.4])
+MEANS = np.array(DEFAULT_WORLD.means)
 STD = 0.25
 BETA = 0.5
 REWARDS = ("coarse", "mid", "fine")
 #: Every reward of the world: the three of METHOD.md §4 and ``fine_wide`` (odd 0.3-cells), a
 #: second clean-end reward whose exact gain peaks at the same step as ``fine``'s (t = 2 of 25)
 #: with a wider window: the control pair of the two-timescale study (pipelines/twoscale-control.toml).
-ALL_REWARDS = (*REWARDS, "fine_wide")
-FINE_CELL = 0.2
-CELL = {"fine": FINE_CELL, "fine_wide": 0.3}
+ALL_REWARDS = DEFAULT_WORLD.reward_names
+
+# The functions below are the default world's (:data:`~recast_cli.policy.world1d.DEFAULT_WORLD`);
+# a setting's ``[world]`` has the same methods on its own :class:`~recast_cli.policy.world1d.World1D`.
 
 
 def reward_probability(reward: str, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """P(r = 1) under N(mean, std²), elementwise; std = 0 gives the reward at ``mean``."""
-    mean, std = np.broadcast_arrays(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
-    safe = np.where(std > 0, std, 1.0)
-
-    def mass(lo: float | np.ndarray, hi: float | np.ndarray) -> np.ndarray:
-        """P(lo <= x < hi)."""
-        smooth = ndtr((hi - mean) / safe) - ndtr((lo - mean) / safe)
-        point = ((mean >= lo) & (mean < hi)).astype(np.float64)
-        return np.where(std > 0, smooth, point)
-
-    if check_reward(reward) == "coarse":
-        return mass(0.0, np.inf)
-    if reward == "mid":
-        return mass(-np.inf, -2.0) + mass(2.0, np.inf)
-    cell = CELL[reward]
-    lo = int(np.floor((mean.min() - 12 * std.max()) / cell)) - 1
-    hi = int(np.ceil((mean.max() + 12 * std.max()) / cell)) + 1
-    ks = [k for k in range(lo, hi + 1) if k % 2 != 0]  # "fine", "fine_wide": the odd cells
-    return sum(mass(k * cell, (k + 1) * cell) for k in ks)
+    return DEFAULT_WORLD.reward_probability(reward, mean, std)
 
 
 def check_reward(reward: str) -> str:
-    if reward not in ALL_REWARDS:
-        raise BadInput(f"gmm1d has no reward {reward!r}; it has {', '.join(ALL_REWARDS)}")
-    return reward
+    return DEFAULT_WORLD.check_reward(reward)
 
 
 def reward_value(reward: str, x0: np.ndarray) -> np.ndarray:
-    """The binary reward r(x_0) ∈ {0, 1} (METHOD.md §4): coarse 1{x > 0}, mid 1{|x| > 2}, fine odd 0.2-cells."""
-    x0 = np.asarray(x0, dtype=np.float64)
-    if check_reward(reward) == "coarse":
-        return (x0 > 0).astype(np.float64)
-    if reward == "mid":
-        return (np.abs(x0) > 2).astype(np.float64)
-    return (np.floor(x0 / CELL[reward]) % 2 == 1).astype(np.float64)
+    """The binary reward r(x_0) ∈ {0, 1} (METHOD.md §4): coarse 1{x ≥ 0}, mid 1{|x| > 2} (and 1 at x = 2), fine odd
+    0.2-cells (a point on a cell edge belongs to the cell on its right)."""
+    return DEFAULT_WORLD.reward_value(reward, x0)
 
 
 def posterior(x: np.ndarray, sigma: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The closed-form posterior x_0 | x_σ = x, a Gaussian mixture, for σ ∈ [0, 1] (elementwise).
-
-    With v_σ = (1 − σ)²·s² + σ²: component j has weight ∝ ¼·N(x; (1 − σ)μ_j, v_σ), mean
-    ``μ_j + (1 − σ)s²/v_σ·(x − (1 − σ)μ_j)`` and std ``s·σ/√v_σ``. Returns
-    ``(log_marginal [N], weights [N, J], means [N, J], std [N])``; ``log_marginal`` is the
-    log-density of x_σ under π^old_σ. Weights are normalised in the log domain.
-    """
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
-    sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), x.shape)
-    keep = (1 - sigma)[:, None]
-    var_t = ((1 - sigma) ** 2 * STD**2 + sigma**2)[:, None]
-    centred = x[:, None] - keep * MEANS[None, :]
-    log_dens = np.log(1.0 / len(MEANS)) - 0.5 * centred**2 / var_t - 0.5 * np.log(2 * np.pi * var_t)
-    log_marginal = logsumexp(log_dens, axis=1)
-    weights = np.exp(log_dens - log_marginal[:, None])
-    means = MEANS[None, :] + keep * STD**2 / var_t * centred
-    return log_marginal, weights, means, (STD * sigma / np.sqrt(var_t[:, 0]))
+    """The closed-form posterior x_0 | x_σ = x of the default world (:meth:`World1D.posterior`)."""
+    return DEFAULT_WORLD.posterior(x, sigma)
 
 
 def posterior_cdf(x0: np.ndarray, x: float, sigma: float) -> np.ndarray:
     """P(x_0 ≤ x0 | x_σ = x): the closed-form posterior CDF (for tests against samples)."""
-    _, weights, means, std = posterior(np.array([x]), sigma)
-    z = (np.asarray(x0, dtype=np.float64)[..., None] - means[0]) / std[0]
-    return (weights[0] * ndtr(z)).sum(-1)
+    return DEFAULT_WORLD.posterior_cdf(x0, x, sigma)
 
 
 def old_cdf(x0: np.ndarray) -> np.ndarray:
     """CDF of π^old = ¼ Σ_j N(μ_j, s²)."""
-    return ndtr((np.asarray(x0, dtype=np.float64)[..., None] - MEANS) / STD).mean(-1)
+    return DEFAULT_WORLD.old_cdf(x0)
 
 
 def positive_cdf(reward: str, x0: np.ndarray, beta: float = BETA) -> np.ndarray:
     """CDF of π⁺ ∝ π^old·exp(r/β) (E2) by quadrature on a fine grid (the tilt is piecewise constant)."""
-    grid = np.linspace(MEANS.min() - 10 * STD, MEANS.max() + 10 * STD, 200_001)
-    dens = np.exp(-0.5 * ((grid[:, None] - MEANS) / STD) ** 2).sum(-1) * np.exp(reward_value(reward, grid) / beta)
-    cdf = np.concatenate([[0.0], np.cumsum(0.5 * (dens[1:] + dens[:-1]) * np.diff(grid))])
-    return np.interp(np.asarray(x0, dtype=np.float64), grid, cdf / cdf[-1])
+    return DEFAULT_WORLD.positive_cdf(reward, x0, beta)
 
 
 def sample_old(n: int, seed: int) -> np.ndarray:
     """n exact samples of π^old (float64), deterministic from ``seed``."""
-    rng = np.random.default_rng(seed)
-    return MEANS[rng.integers(0, len(MEANS), size=n)] + STD * rng.standard_normal(n)
+    return DEFAULT_WORLD.sample_old(n, seed)
 
 
 def sample_positive(reward: str, n: int, seed: int, beta: float = BETA) -> np.ndarray:
-    """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2): rejection from π^old.
-
-    A draw x is accepted with probability exp(r(x)/β)/exp(1/β) ≤ 1 (r ≤ 1 bounds the tilt),
-    which is exact for any β > 0.
-    """
-    check_reward(reward)
-    if beta <= 0:
-        raise BadInput(f"beta must be > 0, got {beta}")
-    rng = np.random.default_rng(seed)
-    kept: list[np.ndarray] = []
-    total = 0
-    while total < n:
-        x = MEANS[rng.integers(0, len(MEANS), size=2 * n)] + STD * rng.standard_normal(2 * n)
-        accept = rng.uniform(size=x.shape) < np.exp((reward_value(reward, x) - 1.0) / beta)
-        kept.append(x[accept])
-        total += int(accept.sum())
-    return np.concatenate(kept)[:n]
+    """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2): rejection from π^old (exact for any β > 0)."""
+    return DEFAULT_WORLD.sample_positive(reward, n, seed, beta)
 
 
 def exact_discriminability(reward: str, sigma: float, alpha: float, beta: float = BETA,
                            quad_step: float = 5e-4) -> float:
-    """D_α(π⁺_σ ‖ π^old_σ) (E4) for one reward at noise level σ, by quadrature over x_σ.
+    """D_α(π⁺_σ ‖ π^old_σ) (E4) of the default world (:meth:`World1D.exact_discriminability`)."""
+    return DEFAULT_WORLD.exact_discriminability(reward, sigma, alpha, beta, quad_step)
 
-    h(x) = E[exp(r/β) | x_σ = x] = 1 + (e^{1/β} − 1)·P(r = 1 | x_σ = x) (E3), Z = E[exp(r/β)],
-    D_α = 1/(α−1)·log E_{π^old_σ}[(h/Z)^α], and for α = 1 the KL E[(h/Z)·log(h/Z)].
-    Any α > 0 and β > 0.
-    """
-    if not alpha > 0 or not beta > 0:
-        raise BadInput(f"gmm1d needs alpha > 0 and beta > 0, got alpha={alpha}, beta={beta}")
-    weights = np.full(len(MEANS), 1.0 / len(MEANS))
-    lift = np.expm1(1.0 / beta)
-    p_data = float(weights @ reward_probability(reward, MEANS, np.full_like(MEANS, STD)))
-    z = 1.0 + lift * p_data
-    if sigma == 0.0:
-        ratio, prob = np.array([np.exp(1.0 / beta), 1.0]) / z, np.array([p_data, 1.0 - p_data])
-    else:
-        var_t = (1 - sigma) ** 2 * STD**2 + sigma**2
-        reach = (1 - sigma) * np.abs(MEANS).max() + 12 * np.sqrt(var_t)
-        x = np.arange(-reach, reach + quad_step, quad_step)
-        log_marginal, post_w, post_mean, post_std = posterior(x, sigma)
-        p_pos = (post_w * reward_probability(reward, post_mean, post_std[:, None])).sum(axis=1)
-        ratio = (1.0 + lift * p_pos) / z
-        prob = np.exp(log_marginal) * quad_step
-    if alpha == 1.0:
-        return float(np.sum(prob * ratio * np.log(ratio)))
-    return float(np.log(np.sum(prob * ratio**alpha)) / (alpha - 1.0))
+
+def world_meta(world: World1D) -> dict:
+    """The ``policy`` entry of an exact table's metadata: the mixture of the default world as it
+    always was recorded, any other world's whole definition."""
+    if world == DEFAULT_WORLD:
+        return {"name": "gmm1d", "means": MEANS.tolist(), "std": STD}
+    return {"name": "gmm1d", "world": world.describe()}
 
 
 def exact_gain_table(rewards: tuple[str, ...] = REWARDS, alpha: float = 2.0, steps: int = 25,
-                     beta: float = BETA, advance=None) -> GainTable:
-    """The exact ``recast.gains/1`` table of the gmm1d world (E4, E5) on σ_t = t/T.
+                     beta: float = BETA, advance=None, world: World1D = DEFAULT_WORLD) -> GainTable:
+    """The exact ``recast.gains/1`` table of an analytic world (E4, E5) on σ_t = t/T (default: gmm1d's).
 
     ``advance`` (optional) is called once per (reward, level) computed: a progress bar's hook.
     """
     sigmas = GridSpec("linear").sigmas(steps)
 
     def one(reward: str, sigma: float) -> float:
-        value = exact_discriminability(reward, sigma, alpha, beta)
+        value = world.exact_discriminability(reward, sigma, alpha, beta)
         if advance is not None:
             advance()
         return value
@@ -201,7 +134,7 @@ def exact_gain_table(rewards: tuple[str, ...] = REWARDS, alpha: float = 2.0, ste
             "alpha": alpha, "beta": beta, "N": None, "K": None, "P": None,
             "sampling": "exact", "crn": None, "monotone": "none",
             "reward_std": {r: 1.0 for r in rewards},
-            "policy": {"name": "gmm1d", "means": MEANS.tolist(), "std": STD},
+            "policy": world_meta(world),
             "positives": {"source": "exact"},
             "grid": GridSpec("linear").to_json(),
         },
@@ -227,14 +160,16 @@ class GMM1DPolicy(FlowPolicy):
     (:func:`reward_value`). With ``exact_rollouts`` (default) :meth:`rollout` draws x_0 from
     the exact posterior x_0 | x_t, which is what the estimator's rollouts are meant to sample
     (E3); with ``exact_rollouts=False`` it runs the shared SDE sampler of the base class on
-    the exact velocity instead, to measure a kernel's proxy against the exact answer.
+    the exact velocity instead, to measure a kernel's proxy against the exact answer. ``world``
+    is the mixture and rewards (:class:`~recast_cli.policy.world1d.World1D`; default: METHOD.md §4's).
     """
 
-    def __init__(self, steps: int = 25, exact_rollouts: bool = True):
+    def __init__(self, steps: int = 25, exact_rollouts: bool = True, world: World1D = DEFAULT_WORLD):
         if not isinstance(steps, int) or steps < 1:
             raise BadInput(f"steps must be a positive integer, got {steps!r}")
         self.sigmas = torch.from_numpy(GridSpec("linear").sigmas(steps))
         self.exact_rollouts = exact_rollouts
+        self.world = world
 
     @property
     def latent_shape(self) -> tuple[int, ...]:
@@ -253,7 +188,7 @@ class GMM1DPolicy(FlowPolicy):
 
     def posterior_mean(self, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
         """E[x_0 | x_σ = x] for x [B, 1] and per-sample σ [B]."""
-        _, weights, means, _ = posterior(x.detach().cpu().numpy()[:, 0], sigma.detach().cpu().numpy())
+        _, weights, means, _ = self.world.posterior(x.detach().cpu().numpy()[:, 0], sigma.detach().cpu().numpy())
         return torch.from_numpy((weights * means).sum(1)).to(x.dtype).view(-1, 1)
 
     def velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: GMM1DConditioning) -> torch.Tensor:
@@ -288,26 +223,30 @@ class GMM1DPolicy(FlowPolicy):
             return super().rollout(x, t, cond, noise_level, seeds)
         self._check_steps(t)
         z = step_noise(seeds, torch.ones_like(t), (2,), torch.float64, torch.device("cpu")).numpy()
-        _, weights, means, std = posterior(x.detach().cpu().numpy()[:, 0], self.sigmas[t].numpy())
+        _, weights, means, std = self.world.posterior(x.detach().cpu().numpy()[:, 0], self.sigmas[t].numpy())
         u = ndtr(z[:, 0])
-        component = np.minimum((np.cumsum(weights, axis=1) < u[:, None]).sum(1), len(MEANS) - 1)
-        x0 = means[np.arange(len(u)), component] + std * z[:, 1]
+        component = np.minimum((np.cumsum(weights, axis=1) < u[:, None]).sum(1), weights.shape[1] - 1)
+        rows = np.arange(len(u))
+        x0 = means[rows, component] + std[rows, component] * z[:, 1]
         return torch.from_numpy(x0).to(x.dtype).view(-1, 1)
 
 
 class GMM1DReward(Scorer):
-    """A gmm1d reward as a scorer: the "images" of the 1-D world are the samples x_0 ([B, 1])."""
+    """A reward of an analytic world as a scorer: the "images" of the 1-D world are the samples x_0
+    ([B, 1]); ``world`` defaults to gmm1d's."""
 
     output_range = (0.0, 1.0)
 
-    def __init__(self, name: str):
-        self.name = check_reward(name)
+    def __init__(self, name: str, world: World1D = DEFAULT_WORLD):
+        self.world = world
+        self.name = world.check_reward(name)
+        self.output_range = world.reward_range(name)
 
     def score(self, images: torch.Tensor, prompts: Sequence[str]) -> np.ndarray:
         values = images.detach().cpu().numpy() if isinstance(images, torch.Tensor) else np.asarray(images)
         if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
             raise BadInput(f"reward {self.name!r} scores 1-D samples x_0 ([B] or [B, 1]), got shape {list(values.shape)}")
-        return reward_value(self.name, values.astype(np.float64).reshape(-1))
+        return self.world.reward_value(self.name, values.astype(np.float64).reshape(-1))
 
 
 class Coarse(GMM1DReward):

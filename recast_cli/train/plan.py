@@ -104,6 +104,11 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
         raise BadInput(f"setting {setting.name!r}: a flow1d policy trains its residual MLP in full; "
                        f"set [train] lora_rank = 0 (got {cfg.lora_rank})")
     check_config(cfg)
+    if setting.policy.kind == "flow1d":  # its rewards are its world's ([world], or METHOD.md §4's)
+        from recast_cli.settings import analytic_world
+
+        for name in cfg.rewards:
+            analytic_world(setting.policy).check_reward(name)
     prompts, _ = load_prompts(cfg.prompts)
     check_prompts(setting.policy, prompts)
     if sigmas_desc is None:

@@ -110,8 +110,7 @@ class Trainer:
         from accelerate import Accelerator
 
         from recast_cli.policy.lora import trained_parameters
-        from recast_cli.rewards import build_scorer
-        from recast_cli.settings import build_policy
+        from recast_cli.settings import build_policy, build_reward
 
         plan, cfg = self.plan, self.cfg
         fsdp_version = requested_fsdp()
@@ -130,7 +129,7 @@ class Trainer:
             trainable=lambda transformer: trained_parameters(transformer, cfg.lora_rank, cfg.lora_targets))
         self.T = self.policy.T
         self.scorers = scorers if scorers is not None else \
-            [build_scorer(name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
+            [build_reward(plan.setting.policy, name, **cfg.reward_options.get(name, {})) for name in cfg.rewards]
         transformer = self.policy.network
         if cfg.gradient_checkpointing:  # diffusers' own: each block's activations recomputed in the backward
             if not getattr(transformer, "_supports_gradient_checkpointing", False):

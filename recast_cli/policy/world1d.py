@@ -1,0 +1,562 @@
+"""The 1-D analytic world as data: a Gaussian mixture π^old and step-function rewards on the line.
+
+A :class:`World1D` is everything the analytic worlds ``gmm1d`` and ``flow1d`` know in closed form
+(METHOD.md §4): π^old = Σ_j w_j·N(μ_j, s_j²), rectified-flow noising x_σ = (1 − σ)x_0 + σε, and
+rewards r(x_0) that are constant on cells of the line (:class:`StepReward`). From these follow,
+exactly: the posterior x_0 | x_σ (a Gaussian mixture), the rectified-flow velocity, P(r = v)
+under any Gaussian (a sum of ndtr differences over cells), π^old and π⁺ ∝ π^old·exp(r/β) samples
+and CDFs, and D_α(π⁺_σ ‖ π^old_σ) (E3, E4) by a 1-D quadrature.
+
+:data:`DEFAULT_WORLD` is the world of METHOD.md §4 (¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4);
+``coarse``, ``mid``, ``fine``, ``fine_wide``); a setting's ``[world]`` table defines another
+(:func:`world_from_table`, docs/settings.md "[world]"). Numbers are float64 throughout; the
+world's entry points take arrays of any shape (``velocity``, ``velocity_torch``, ``posterior``,
+``reward_value`` — numpy, or torch for ``velocity_torch`` and ``reward_value``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.special import logsumexp, ndtr
+
+from recast_cli.errors import BadInput
+
+#: The most cells a reward may have: its explicit cells, or its periodic cells over the support.
+MAX_CELLS = 10_000
+#: The most mixture components a world may have (the posterior holds N × J numbers).
+MAX_COMPONENTS = 100
+#: |Σ w_j − 1| allowed.
+WEIGHT_TOLERANCE = 1e-9
+#: A cell has appreciable mass when π^old gives it at least this probability.
+MASS_FLOOR = 1e-12
+#: The support of a Gaussian, in standard deviations either side of its mean (cells are enumerated over it).
+REACH = 12
+
+
+def _mass(lo: float, hi: float, mean: np.ndarray, std: np.ndarray, safe: np.ndarray) -> np.ndarray:
+    """P(lo <= x < hi) under N(mean, std²), elementwise; std = 0 is the point mass at ``mean``."""
+    smooth = ndtr((hi - mean) / safe) - ndtr((lo - mean) / safe)
+    point = ((mean >= lo) & (mean < hi)).astype(np.float64)
+    return np.where(std > 0, smooth, point)
+
+
+@dataclass(frozen=True)
+class StepReward:
+    """A reward constant on cells of the line; a point on an edge belongs to the cell on its right.
+
+    Explicit cells (``cell`` is None): ``edges`` e_1 < … < e_n and ``values`` v_0 … v_n, v_i on
+    [e_i, e_{i+1}) with e_0 = −∞ and e_{n+1} = +∞. Periodic cells (``cell`` > 0): cell k =
+    [phase + k·cell, phase + (k + 1)·cell) holds ``values[k mod len(values)]`` for every integer k.
+    """
+
+    edges: tuple[float, ...] = ()
+    values: tuple[float, ...] = ()
+    cell: float | None = None
+    phase: float = 0.0
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The distinct values, ascending."""
+        return tuple(sorted(set(self.values)))
+
+    def value(self, x0: np.ndarray) -> np.ndarray:
+        """r(x_0), float64, any shape; NaN where x_0 is NaN."""
+        x0 = np.asarray(x0, dtype=np.float64)
+        values = np.asarray(self.values, dtype=np.float64)
+        if self.cell is None:
+            out = values[np.searchsorted(np.asarray(self.edges, dtype=np.float64), x0, side="right")]
+        else:
+            k = np.floor((x0 - self.phase) / self.cell)
+            finite = np.isfinite(k)
+            out = values[np.where(finite, k % len(values), 0).astype(np.int64)]
+            out = np.where(finite, out, np.nan)
+        return np.where(np.isnan(x0), np.nan, out)
+
+    def value_torch(self, x0):
+        """r(x_0) for a torch tensor of any shape: float64 on its device (the same numbers as :meth:`value`)."""
+        import torch
+
+        x0 = x0.to(torch.float64)
+        values = torch.tensor(self.values, dtype=torch.float64, device=x0.device)
+        if self.cell is None:
+            edges = torch.tensor(self.edges, dtype=torch.float64, device=x0.device)
+            out = values[torch.searchsorted(edges, x0.contiguous(), right=True)]
+        else:
+            k = torch.floor((x0 - self.phase) / self.cell)
+            finite = torch.isfinite(k)
+            out = values[torch.where(finite, torch.remainder(k, len(self.values)), 0).to(torch.int64)]
+            out = torch.where(finite, out, torch.nan)
+        return torch.where(torch.isnan(x0), torch.nan, out)
+
+    def cells(self, lo: float, hi: float) -> Iterator[tuple[float, float, float]]:
+        """(start, end, value) of every cell, left to right; periodic cells only those around [lo, hi]."""
+        if self.cell is None:
+            bounds = (-np.inf, *self.edges, np.inf)
+            for i, value in enumerate(self.values):
+                yield bounds[i], bounds[i + 1], value
+            return
+        first = int(np.floor((lo - self.phase) / self.cell)) - 1
+        last = int(np.ceil((hi - self.phase) / self.cell)) + 1
+        m = len(self.values)
+        for k in range(first, last + 1):
+            yield self.phase + k * self.cell, self.phase + (k + 1) * self.cell, self.values[k % m]
+
+    def count_cells(self, lo: float, hi: float) -> float:
+        """How many cells :meth:`cells` yields over [lo, hi] (a float: inf when absurdly many)."""
+        if self.cell is None:
+            return float(len(self.values))
+        span = (hi - lo) / self.cell
+        return span + 4 if math.isfinite(span) else math.inf
+
+    def probability(self, mean: np.ndarray, std: np.ndarray, level: float) -> np.ndarray:
+        """P(r(x) = level) under N(mean, std²), elementwise; std = 0 gives the indicator at ``mean``.
+
+        A sum of ndtr differences over the cells that hold ``level``; periodic cells are
+        enumerated over [min mean − 12·max std, max mean + 12·max std].
+        """
+        mean, std = np.broadcast_arrays(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
+        total = np.zeros(mean.shape)
+        if mean.size == 0:
+            return total
+        safe = np.where(std > 0, std, 1.0)
+        for lo, hi, value in self.cells(mean.min() - REACH * std.max(), mean.max() + REACH * std.max()):
+            if value == level:
+                total = total + _mass(lo, hi, mean, std, safe)
+        return total
+
+    def describe(self) -> dict[str, Any]:
+        """The definition as JSON (explicit cells, or the periodic cells)."""
+        if self.cell is None:
+            return {"edges": list(self.edges), "values": list(self.values)}
+        return {"cell": self.cell, "phase": self.phase, "pattern": list(self.values)}
+
+
+@dataclass(frozen=True)
+class World1D:
+    """π^old = Σ_j w_j·N(μ_j, s_j²) and named step-function rewards (see the module docstring).
+
+    ``rewards`` is a tuple of (name, :class:`StepReward`) in definition order. ``label`` names the
+    world in messages (``gmm1d``, or a setting's ``[world]``) and is no part of its identity: two
+    worlds with equal mixtures and rewards are equal. Construction checks the definition
+    (BadInput, one line, starting ``[world]``).
+    """
+
+    weights: tuple[float, ...]
+    means: tuple[float, ...]
+    stds: tuple[float, ...]
+    rewards: tuple[tuple[str, StepReward], ...]
+    label: str = field(default="gmm1d", compare=False)
+
+    def __post_init__(self) -> None:
+        check_world(self)
+
+    # ------------------------------------------------------------------ the mixture
+
+    @property
+    def w(self) -> np.ndarray:
+        return np.asarray(self.weights, dtype=np.float64)
+
+    @property
+    def mu(self) -> np.ndarray:
+        return np.asarray(self.means, dtype=np.float64)
+
+    @property
+    def s(self) -> np.ndarray:
+        return np.asarray(self.stds, dtype=np.float64)
+
+    def support(self, reach: float = REACH) -> tuple[float, float]:
+        """[min_j μ_j − reach·s_j, max_j μ_j + reach·s_j]."""
+        return float((self.mu - reach * self.s).min()), float((self.mu + reach * self.s).max())
+
+    def components(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n component indices drawn by weight (equal weights: ``rng.integers``, as gmm1d always drew)."""
+        J = len(self.weights)
+        if len(set(self.weights)) == 1:
+            return rng.integers(0, J, size=n)
+        return np.minimum(np.searchsorted(np.cumsum(self.w), rng.random(n), side="right"), J - 1)
+
+    def sample_old(self, n: int, seed: int) -> np.ndarray:
+        """n exact samples of π^old (float64), deterministic from ``seed``."""
+        rng = np.random.default_rng(seed)
+        j = self.components(rng, n)
+        return self.mu[j] + self.s[j] * rng.standard_normal(n)
+
+    def old_cdf(self, x0: np.ndarray) -> np.ndarray:
+        """The CDF of π^old, elementwise."""
+        z = (np.asarray(x0, dtype=np.float64)[..., None] - self.mu) / self.s
+        return (self.w * ndtr(z)).sum(-1)
+
+    # ------------------------------------------------------------------ the noised world
+
+    def posterior(self, x: np.ndarray, sigma: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                               np.ndarray]:
+        """The closed-form posterior x_0 | x_σ = x, a Gaussian mixture, for σ ∈ [0, 1] (elementwise).
+
+        With v_j = (1 − σ)²·s_j² + σ²: component j has weight ∝ w_j·N(x; (1 − σ)μ_j, v_j), mean
+        ``μ_j + (1 − σ)s_j²/v_j·(x − (1 − σ)μ_j)`` and std ``s_j·σ/√v_j``. For x of shape S (σ
+        broadcast to it) returns ``(log_marginal [S], weights [S, J], means [S, J], stds [S, J])``;
+        ``log_marginal`` is the log-density of x_σ under π^old_σ. Weights are normalised in the
+        log domain.
+        """
+        x = np.asarray(x, dtype=np.float64)
+        sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), x.shape)[..., None]
+        keep = 1 - sigma
+        s2 = self.s**2
+        var_t = (1 - sigma) ** 2 * s2 + sigma**2
+        centred = x[..., None] - keep * self.mu
+        log_dens = np.log(self.w) - 0.5 * centred**2 / var_t - 0.5 * np.log(2 * np.pi * var_t)
+        log_marginal = logsumexp(log_dens, axis=-1)
+        weights = np.exp(log_dens - log_marginal[..., None])
+        means = self.mu + keep * s2 / var_t * centred
+        return log_marginal, weights, means, self.s * sigma / np.sqrt(var_t)
+
+    def posterior_mean(self, x: np.ndarray, sigma: np.ndarray | float) -> np.ndarray:
+        """E[x_0 | x_σ = x], any shape."""
+        _, weights, means, _ = self.posterior(x, sigma)
+        return (weights * means).sum(-1)
+
+    def posterior_cdf(self, x0: np.ndarray, x: float, sigma: float) -> np.ndarray:
+        """P(x_0 ≤ x0 | x_σ = x): the closed-form posterior CDF (for tests against samples)."""
+        _, weights, means, std = self.posterior(np.array([x]), sigma)
+        z = (np.asarray(x0, dtype=np.float64)[..., None] - means[0]) / std[0]
+        return (weights[0] * ndtr(z)).sum(-1)
+
+    def velocity(self, x: np.ndarray, sigma: np.ndarray | float) -> np.ndarray:
+        """The exact rectified-flow velocity E[ε − x_0 | x_σ = x] = (x − E[x_0 | x_σ])/σ, and −x at
+        σ = 0 (where ε ⟂ x_0); numpy float64, any shape (σ broadcast to x)."""
+        x = np.asarray(x, dtype=np.float64)
+        sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), x.shape)
+        x0_hat = self.posterior_mean(x, sigma)
+        return np.where(sigma > 0, (x - x0_hat) / np.where(sigma > 0, sigma, 1.0), -x)
+
+    def velocity_torch(self, x, sigma):
+        """:meth:`velocity` in torch on x's device and dtype: x of any shape, σ a tensor or number
+        broadcastable to it. No gradient flows (the exact velocity does not depend on θ). Agrees
+        with the numpy :meth:`velocity` to rounding (float64)."""
+        import torch
+
+        with torch.no_grad():
+            sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device).expand_as(x)
+            mu = torch.tensor(self.means, dtype=x.dtype, device=x.device)
+            s2 = torch.tensor(self.stds, dtype=x.dtype, device=x.device) ** 2
+            log_w = torch.log(torch.tensor(self.weights, dtype=x.dtype, device=x.device))
+            sig = sigma.unsqueeze(-1)
+            keep = 1 - sig
+            var_t = keep**2 * s2 + sig**2
+            centred = x.unsqueeze(-1) - keep * mu
+            log_dens = log_w - 0.5 * centred**2 / var_t - 0.5 * torch.log(2 * math.pi * var_t)
+            weights = torch.softmax(log_dens, dim=-1)
+            x0_hat = (weights * (mu + keep * s2 / var_t * centred)).sum(-1)
+            positive = sigma > 0
+            return torch.where(positive, (x - x0_hat) / torch.where(positive, sigma, torch.ones_like(sigma)), -x)
+
+    # ------------------------------------------------------------------ the rewards
+
+    @property
+    def reward_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.rewards)
+
+    def reward(self, name: str) -> StepReward:
+        """The reward ``name``; BadInput naming the world's rewards if it has none of that name."""
+        for known, reward in self.rewards:
+            if known == name:
+                return reward
+        raise BadInput(f"{self.label} has no reward {name!r}; it has {', '.join(self.reward_names)}")
+
+    def check_reward(self, name: str) -> str:
+        self.reward(name)
+        return name
+
+    def reward_value(self, name: str, x0):
+        """r(x_0) for a numpy array (float64) or a torch tensor (float64 on its device), any shape."""
+        reward = self.reward(name)
+        if type(x0).__module__.startswith("torch"):
+            return reward.value_torch(x0)
+        return reward.value(x0)
+
+    def reward_levels(self, name: str) -> tuple[float, ...]:
+        """The distinct values of reward ``name``, ascending."""
+        return self.reward(name).levels
+
+    def reward_range(self, name: str) -> tuple[float, float]:
+        levels = self.reward_levels(name)
+        return levels[0], levels[-1]
+
+    def reward_probability(self, name: str, mean: np.ndarray, std: np.ndarray,
+                           level: float | None = None) -> np.ndarray:
+        """P(r = level) under N(mean, std²), elementwise (``level`` defaults to the reward's highest
+        value: P(r = 1) for a 0/1 reward); std = 0 gives the indicator at ``mean``."""
+        reward = self.reward(name)
+        return reward.probability(mean, std, reward.levels[-1] if level is None else level)
+
+    def cell_masses(self, reward: StepReward) -> list[tuple[float, float]]:
+        """(π^old mass, value) of each cell of ``reward`` over the support, each mass accurate in
+        both tails (the smaller of the two ndtr differences)."""
+        lo, hi = self.support()
+        out = []
+        for a, b, value in reward.cells(lo, hi):
+            za, zb = (a - self.mu) / self.s, (b - self.mu) / self.s
+            left, right = ndtr(zb) - ndtr(za), ndtr(-za) - ndtr(-zb)
+            out.append((float(self.w @ np.minimum(left, right)), value))
+        return out
+
+    # ------------------------------------------------------------------ π⁺ and the exact curves
+
+    def positive_cdf(self, name: str, x0: np.ndarray, beta: float) -> np.ndarray:
+        """CDF of π⁺ ∝ π^old·exp(r/β) (E2) by quadrature on a fine grid (the tilt is piecewise constant)."""
+        lo, hi = self.support(10)
+        grid = np.linspace(lo, hi, 200_001)
+        bumps = self.w / self.s * np.exp(-0.5 * ((grid[:, None] - self.mu) / self.s) ** 2)
+        dens = bumps.sum(-1) * np.exp(self.reward_value(name, grid) / beta)
+        cdf = np.concatenate([[0.0], np.cumsum(0.5 * (dens[1:] + dens[:-1]) * np.diff(grid))])
+        return np.interp(np.asarray(x0, dtype=np.float64), grid, cdf / cdf[-1])
+
+    def sample_positive(self, name: str, n: int, seed: int, beta: float) -> np.ndarray:
+        """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2): rejection from π^old.
+
+        A draw x is accepted with probability exp((r(x) − r_max)/β) ≤ 1, exact for any β > 0.
+        """
+        top = self.reward_range(name)[1]
+        if beta <= 0:
+            raise BadInput(f"beta must be > 0, got {beta}")
+        rng = np.random.default_rng(seed)
+        kept: list[np.ndarray] = []
+        total = 0
+        while total < n:
+            j = self.components(rng, 2 * n)
+            x = self.mu[j] + self.s[j] * rng.standard_normal(2 * n)
+            accept = rng.uniform(size=x.shape) < np.exp((self.reward_value(name, x) - top) / beta)
+            kept.append(x[accept])
+            total += int(accept.sum())
+        return np.concatenate(kept)[:n]
+
+    def exact_discriminability(self, name: str, sigma: float, alpha: float, beta: float,
+                               quad_step: float = 5e-4) -> float:
+        """D_α(π⁺_σ ‖ π^old_σ) (E4) for one reward at noise level σ, by quadrature over x_σ.
+
+        With levels u_0 < u_1 < … of the reward, h(x) ∝ E[exp(r/β) | x_σ = x] = e^{u_0/β}·(1 +
+        Σ_{k≥1} (e^{(u_k − u_0)/β} − 1)·P(r = u_k | x_σ = x)) (E3; the factor cancels in h/Z),
+        Z = E[exp(r/β)], D_α = 1/(α−1)·log E_{π^old_σ}[(h/Z)^α], and for α = 1 the KL
+        E[(h/Z)·log(h/Z)]. Any α > 0 and β > 0.
+        """
+        if not alpha > 0 or not beta > 0:
+            raise BadInput(f"{self.label} needs alpha > 0 and beta > 0, got alpha={alpha}, beta={beta}")
+        levels = self.reward_levels(name)
+        lifts = [np.expm1((u - levels[0]) / beta) for u in levels[1:]]
+        p_data = [float(self.w @ self.reward_probability(name, self.mu, self.s, u)) for u in levels[1:]]
+        z = 1.0 + sum(lift * p for lift, p in zip(lifts, p_data))
+        if sigma == 0.0:
+            ratio = np.array([np.exp((u - levels[0]) / beta) for u in levels[1:]] + [1.0]) / z
+            prob = np.array(p_data + [1.0 - sum(p_data)])
+        else:
+            var_t = (1 - sigma) ** 2 * self.s**2 + sigma**2
+            lo = float(((1 - sigma) * self.mu - REACH * np.sqrt(var_t)).min())
+            hi = float(((1 - sigma) * self.mu + REACH * np.sqrt(var_t)).max())
+            x = np.arange(lo, hi + quad_step, quad_step)
+            log_marginal, post_w, post_mean, post_std = self.posterior(x, sigma)
+            h = 1.0 + sum(lift * (post_w * self.reward_probability(name, post_mean, post_std, u)).sum(axis=1)
+                          for lift, u in zip(lifts, levels[1:]))
+            ratio = h / z
+            prob = np.exp(log_marginal) * quad_step
+        if alpha == 1.0:
+            return float(np.sum(prob * ratio * np.log(ratio)))
+        return float(np.log(np.sum(prob * ratio**alpha)) / (alpha - 1.0))
+
+    def describe(self) -> dict[str, Any]:
+        """The definition as JSON: the mixture and each reward's cells."""
+        return {"weights": list(self.weights), "means": list(self.means), "stds": list(self.stds),
+                "rewards": {name: reward.describe() for name, reward in self.rewards}}
+
+
+# ---------------------------------------------------------------------- checks
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_world(world: World1D) -> None:
+    """BadInput (one line, ``[world] …``) unless ``world`` is a world the exact code can use."""
+    J = len(world.means)
+    if not 1 <= J <= MAX_COMPONENTS:
+        raise BadInput(f"[world] means must hold 1 to {MAX_COMPONENTS} components, got {J}")
+    if len(world.weights) != J or len(world.stds) != J:
+        raise BadInput(f"[world] weights, means and stds must have one entry per component: "
+                       f"{len(world.weights)}, {J} and {len(world.stds)} given")
+    for key in ("weights", "means", "stds"):
+        bad = [v for v in getattr(world, key) if not _finite(v)]
+        if bad:
+            raise BadInput(f"[world] {key} must be finite numbers, got {bad[0]!r}")
+    if min(world.stds) <= 0:
+        raise BadInput(f"[world] stds must be > 0, got {min(world.stds)!r}")
+    if min(world.weights) <= 0:
+        raise BadInput(f"[world] weights must be > 0, got {min(world.weights)!r}")
+    if abs(math.fsum(world.weights) - 1) > WEIGHT_TOLERANCE:
+        raise BadInput(f"[world] weights sum to {math.fsum(world.weights)!r}, not 1 (within {WEIGHT_TOLERANCE:g})")
+    if not world.rewards:
+        raise BadInput("[world] defines no reward: add [world.rewards.NAME] tables")
+    names = [name for name, _ in world.rewards]
+    twice = [n for n in names if names.count(n) > 1]
+    if twice:
+        raise BadInput(f"[world] reward {twice[0]!r} is defined twice")
+    lo, hi = world.support()
+    for name, reward in world.rewards:
+        check_reward(name, reward, lo, hi)
+        masses = world.cell_masses(reward)
+        seen = {value for mass, value in masses if mass >= MASS_FLOOR}
+        if len(seen) < 2:
+            only = next(iter(seen), reward.values[0])
+            raise BadInput(f"[world.rewards.{name}] is constant on the support: every cell π^old gives mass >= "
+                           f"{MASS_FLOOR:g} holds {only!r} (a constant reward tilts nothing)")
+
+
+def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
+    where = f"[world.rewards.{name}]"
+    if reward.cell is None:
+        if len(reward.values) != len(reward.edges) + 1:
+            raise BadInput(f"{where} needs one value per cell, len(edges) + 1 = {len(reward.edges) + 1}; "
+                           f"got {len(reward.values)} values")
+        bad = [e for e in reward.edges if not _finite(e)]
+        if bad:
+            raise BadInput(f"{where} edges must be finite numbers, got {bad[0]!r}")
+        if any(b <= a for a, b in zip(reward.edges, reward.edges[1:])):
+            raise BadInput(f"{where} edges must be strictly increasing (sorted, no repeats), got "
+                           f"{_short(reward.edges)}")
+    else:
+        if not (_finite(reward.cell) and reward.cell > 0) or not _finite(reward.phase):
+            raise BadInput(f"{where} needs cell > 0 and a finite phase, got cell = {reward.cell!r}, "
+                           f"phase = {reward.phase!r}")
+        if not reward.values:
+            raise BadInput(f"{where} needs a pattern: the values of consecutive cells, repeated")
+    bad = [v for v in reward.values if not _finite(v)]
+    if bad:
+        raise BadInput(f"{where} values must be finite numbers, got {bad[0]!r}")
+    cells = reward.count_cells(lo, hi)
+    if cells > MAX_CELLS:
+        shown = "more than 10^300" if not math.isfinite(cells) else f"{int(cells)}"
+        raise BadInput(f"{where} has {shown} cells over the support [{lo:g}, {hi:g}] (π^old's means ± {REACH} "
+                       f"stds); at most {MAX_CELLS} are allowed")
+
+
+def _short(items) -> str:
+    text = "[" + ", ".join(f"{x:g}" for x in items[:8]) + (", …]" if len(items) > 8 else "]")
+    return text
+
+
+# ---------------------------------------------------------------------- the [world] table
+
+#: Each reward form: the key that picks it, then every key it takes.
+FORMS: dict[str, tuple[str, ...]] = {
+    "edges": ("edges", "values"),
+    "threshold": ("threshold", "below", "above"),
+    "intervals": ("intervals", "inside", "outside"),
+    "cell": ("cell", "pattern", "phase"),
+}
+WORLD_KEYS = ("weights", "means", "stds", "rewards")
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"{where} = {value!r} is not a number")
+    if not math.isfinite(value):
+        raise BadInput(f"{where} = {value!r} is not a finite number")
+    return float(value)
+
+
+def _numbers(value: Any, where: str, limit: int = MAX_CELLS + 1) -> tuple[float, ...]:
+    if not isinstance(value, list):
+        raise BadInput(f"{where} must be a list of numbers, got {value!r}"[:300])
+    if len(value) > limit:
+        raise BadInput(f"{where} has {len(value)} entries; at most {limit} are allowed")
+    return tuple(_number(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def reward_from_table(name: str, table: Any) -> StepReward:
+    """One ``[world.rewards.NAME]`` table as a :class:`StepReward` (the forms of docs/settings.md)."""
+    where = f"[world.rewards.{name}]"
+    if not isinstance(table, dict):
+        raise BadInput(f"{where} must be a table (edges/values, threshold, intervals or cell/pattern)")
+    forms = [form for form in FORMS if form in table]
+    if len(forms) != 1:
+        given = " and ".join(forms) if forms else "none of them"
+        raise BadInput(f"{where} takes exactly one of edges, threshold, intervals, cell; got {given}")
+    form = forms[0]
+    unknown = [key for key in table if key not in FORMS[form]]
+    if unknown:
+        raise BadInput(f"{where}: unknown key {unknown[0]!r}; a {form} reward takes {', '.join(FORMS[form])}")
+    if form == "edges":
+        if "values" not in table:
+            raise BadInput(f"{where} needs values = one per cell, len(edges) + 1 of them")
+        return StepReward(edges=_numbers(table["edges"], f"{where} edges"),
+                          values=_numbers(table["values"], f"{where} values"))
+    if form == "threshold":
+        below = _number(table.get("below", 0), f"{where} below")
+        above = _number(table.get("above", 1), f"{where} above")
+        return StepReward(edges=(_number(table["threshold"], f"{where} threshold"),), values=(below, above))
+    if form == "intervals":
+        inside = _number(table.get("inside", 1), f"{where} inside")
+        outside = _number(table.get("outside", 0), f"{where} outside")
+        pairs = table["intervals"]
+        if not isinstance(pairs, list) or not pairs or len(pairs) > MAX_CELLS // 2:
+            raise BadInput(f"{where} intervals must be a list of 1 to {MAX_CELLS // 2} [lo, hi] pairs")
+        edges: list[float] = []
+        for i, pair in enumerate(pairs):
+            lo_hi = _numbers(pair, f"{where} intervals[{i}]")
+            if len(lo_hi) != 2:
+                raise BadInput(f"{where} intervals[{i}] must be [lo, hi], got {pair!r}")
+            edges += lo_hi
+        if any(b <= a for a, b in zip(edges, edges[1:])):
+            raise BadInput(f"{where} intervals must be increasing and disjoint, each lo < hi and apart from the "
+                           f"next; got {pairs!r}"[:300])
+        return StepReward(edges=tuple(edges), values=(outside, *[inside, outside] * len(pairs)))
+    if "pattern" not in table:
+        raise BadInput(f"{where} needs pattern = the values of consecutive cells, repeated (e.g. [0, 1]: odd cells)")
+    return StepReward(cell=_number(table["cell"], f"{where} cell"),
+                      values=_numbers(table["pattern"], f"{where} pattern"),
+                      phase=_number(table.get("phase", 0), f"{where} phase"))
+
+
+def world_from_table(table: Any, label: str = "the [world]") -> World1D:
+    """A setting's ``[world]`` table as a checked :class:`World1D` (BadInput, one line, names what is wrong).
+
+    ``means`` and ``stds`` (a list, one per component, or one number for all) are required,
+    ``weights`` default to equal; ``[world.rewards.NAME]`` tables define the rewards in order.
+    """
+    if not isinstance(table, dict):
+        raise BadInput("[world] must be a table (weights, means, stds, [world.rewards.NAME])")
+    unknown = [key for key in table if key not in WORLD_KEYS]
+    if unknown:
+        raise BadInput(f"[world]: unknown key {unknown[0]!r}; allowed: {', '.join(WORLD_KEYS)}, and a "
+                       "[world.rewards.NAME] table per reward")
+    for key in ("means", "stds"):
+        if key not in table:
+            raise BadInput(f"[world] needs {key} (the mixture: means = [...], stds = one number or one per mean)")
+    means = _numbers(table["means"], "[world] means", MAX_COMPONENTS)
+    stds = table["stds"]
+    stds = (_number(stds, "[world] stds"),) * len(means) if not isinstance(stds, list) else \
+        _numbers(stds, "[world] stds", MAX_COMPONENTS)
+    weights = _numbers(table["weights"], "[world] weights", MAX_COMPONENTS) if "weights" in table else \
+        (1.0 / len(means),) * len(means)
+    rewards = table.get("rewards", {})
+    if not isinstance(rewards, dict):
+        raise BadInput("[world] rewards must be tables: [world.rewards.NAME]")
+    parsed = tuple((name, reward_from_table(name, spec)) for name, spec in rewards.items())
+    return World1D(weights=weights, means=means, stds=stds, rewards=parsed, label=label)
+
+
+DEFAULT_WORLD = World1D(
+    weights=(0.25, 0.25, 0.25, 0.25),
+    means=(-2.4, -1.6, 1.6, 2.4),
+    stds=(0.25, 0.25, 0.25, 0.25),
+    rewards=(
+        ("coarse", StepReward(edges=(0.0,), values=(0.0, 1.0))),  # 1{x > 0}: which pair of modes
+        ("mid", StepReward(edges=(-2.0, 2.0), values=(1.0, 0.0, 1.0))),  # 1{|x| > 2}: the outer mode of a pair
+        ("fine", StepReward(cell=0.2, values=(0.0, 1.0))),  # odd 0.2-cells: detail inside a mode
+        ("fine_wide", StepReward(cell=0.3, values=(0.0, 1.0))),  # odd 0.3-cells: fine's control partner
+    ),
+)

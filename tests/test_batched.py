@@ -247,3 +247,10 @@ def test_an_arm_trains_on_w_from_the_sampled_estimator(tmp_path):
     assert w.info["kernel"] == "power" and np.allclose(w.gain, gains.gain)
     cell = read_cell(out / "cells" / "1-2-recast-power-estimate-g4.parquet")
     assert cell.meta["gains"] == "estimate" and np.allclose(cell.meta["W"], w.W)
+
+
+def test_one_seed_is_a_cell_too(tmp_path):
+    setting = write_setting(tmp_path, study='modes = ["static"]')
+    ok("study", setting, "--out", tmp_path / "st", "--seeds", "4", "--quiet")
+    cell = read_cell(tmp_path / "st" / "cells" / "1-1-static-g4.parquet")
+    assert cell.seeds == (4,) and cell.meta["gradient"]["spread"] is None

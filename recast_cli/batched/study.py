@@ -182,7 +182,7 @@ def cell_table(plan: StudyPlan, cell: CellPlan, w, result, engine_cell, wall: fl
     train = {q: np.array([[rows[(s, st)][q] for st in steps] for s in seeds]) for q in quantities}
     g = result.first_gradients
     mean_g = g.mean(axis=0)
-    spread = float(((g - mean_g) ** 2).sum(axis=1).mean()) if len(seeds) > 1 else float("nan")
+    spread = float(((g - mean_g) ** 2).sum(axis=1).mean()) if len(seeds) > 1 else None  # one seed: no spread
     signal = float((mean_g**2).sum())
     meta = {
         "setting": {"path": str(plan.setting.file), "name": plan.setting.name},

@@ -123,12 +123,16 @@ def exact_gain_table(rewards: tuple[str, ...] = REWARDS, alpha: float = 2.0, ste
         return value
 
     D = np.array([[one(r, s) for s in sigmas] for r in rewards])
-    gain = D[:, :-1] - D[:, 1:]
+    gain_raw = D[:, :-1] - D[:, 1:]
+    # D_α is non-increasing in σ (E5); where a reward's D is flat (a step that decides nothing of it)
+    # the quadrature's round-off can leave a gain of -1e-13: that is 0, anything larger a real error
+    tiny = 1e-9 * max(float(np.abs(D).max()), 1.0)
+    gain = np.where((gain_raw < 0) & (gain_raw > -tiny), 0.0, gain_raw)
     return GainTable(
         rewards=tuple(rewards),
         sigmas=sigmas,
         D=D,
-        gain_raw=gain,
+        gain_raw=gain_raw,
         gain=gain,
         meta={
             "alpha": alpha, "beta": beta, "N": None, "K": None, "P": None,

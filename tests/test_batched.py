@@ -254,3 +254,18 @@ def test_one_seed_is_a_cell_too(tmp_path):
     ok("study", setting, "--out", tmp_path / "st", "--seeds", "4", "--quiet")
     cell = read_cell(tmp_path / "st" / "cells" / "1-1-static-g4.parquet")
     assert cell.seeds == (4,) and cell.meta["gradient"]["spread"] is None
+
+
+def test_shards_run_at_the_same_time(tmp_path):
+    """Two shard processes at once: the first writes the shared gains and W, the other waits for them."""
+    import subprocess
+    import sys
+
+    setting = write_setting(tmp_path, study='modes = ["static", "recast"]')
+    recast = Path(sys.executable).parent / "recast"
+    procs = [subprocess.Popen([str(recast), "study", str(setting), "--out", str(tmp_path / "st"), "--shard", f"{i}/2",
+                               "--quiet", "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert len(list((tmp_path / "st" / "cells").iterdir())) == 4

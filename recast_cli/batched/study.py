@@ -12,6 +12,7 @@ again: a study killed at any moment resumes where it stopped, losing at most the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -209,11 +210,12 @@ def run_study(plan: StudyPlan, quiet: bool = False, shard: tuple[int, int] = (0,
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    for cell in plan.cells:
+    mine = [c for k, c in enumerate(plan.cells) if k % shard[1] == shard[0]]
+    for cell in mine:
         claim_output(cell.path, CELL_SCHEMA)
     (plan.out / "cells").mkdir(parents=True, exist_ok=True)
-    prepare_weights(plan, quiet=quiet)
-    mine = [c for k, c in enumerate(plan.cells) if k % shard[1] == shard[0]]
+    with _shared(plan.out / ".prepare.lock"):  # the shards' gains and W: the first writes them, the rest wait
+        prepare_weights(plan, quiet=quiet)
     todo = [c for c in mine if not _done(c, plan)]
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn()]
@@ -225,6 +227,20 @@ def run_study(plan: StudyPlan, quiet: bool = False, shard: tuple[int, int] = (0,
             bar.remove_task(inner)
             bar.advance(cells)
     return [c.path for c in plan.cells]
+
+
+@contextlib.contextmanager
+def _shared(path: Path):
+    """An exclusive flock on ``path`` held for the block; a second process waits for it (not refused)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _done(cell: CellPlan, plan: StudyPlan) -> bool:

@@ -32,9 +32,16 @@ RECAST = Path(sys.executable).parent / "recast"
 
 def run(jobs: int) -> None:
     env = {**os.environ, "RECAST_THREADS": "1"}
+    import shutil
+
     for world in WORLDS:
         for lr in GRID:
             out = OUT / world / f"lr{lr:g}"
+            first = OUT / world / f"lr{GRID[0]:g}"
+            if out != first and (first / "W").is_dir() and not (out / "W").exists():
+                # the gains and W do not depend on the learning rate: the first rate's, reused
+                for part in ("gains", "W"):
+                    shutil.copytree(first / part, out / part)
             procs = [subprocess.Popen([str(RECAST), "study", str(ROOT / "pipelines" / "dose" / f"{world}.toml"),
                                        "--out", str(out), "--seeds", SEEDS, "--set", f"learning_rate={lr}",
                                        "--no-report", "--quiet", "--shard", f"{i}/{jobs}"], env=env)

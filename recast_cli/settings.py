@@ -25,7 +25,8 @@ from recast_cli import bounds
 from recast_cli.errors import BadInput, cut
 from recast_cli.hub import HubRef, cached, hub_id_of, resolve_hub
 from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
-from recast_cli.policy.world1d import DEFAULT_WORLD, World1D, world_from_table
+from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
+from recast_cli.policy.world_table import world_from_table
 from recast_cli.rewards.options import reward_options as reward_tables
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"

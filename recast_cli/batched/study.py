@@ -13,9 +13,7 @@ again: a study killed at any moment resumes where it stopped, losing at most the
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -257,15 +255,3 @@ def _done(cell: CellPlan, plan: StudyPlan) -> bool:
         raise BadInput(f"{cell.path} holds a cell of another study (seeds, W, recipe or n differ); "
                        "choose another --out or remove it")
     return True
-
-
-def study_digest(plan: StudyPlan) -> str:
-    """A short digest of what the plan runs (for the command's summary line)."""
-    text = json.dumps([[c.name, _jsonable(asdict(c.cfg))] for c in plan.cells] + [list(plan.seeds), plan.eval_n],
-                      sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def threads_for_cells() -> int:
-    """Torch threads for the engine: every core of the machine (one process runs the cells in turn)."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))

@@ -25,7 +25,7 @@ import numpy as np
 from recast_cli.artifacts import CELL_SCHEMA, CellTable, artifact_schema, read_cell
 from recast_cli.errors import BadInput
 from recast_cli.report.build import Report
-from recast_cli.report.inputs import budget_label
+from recast_cli.report.inputs import budget_label, holds_schema
 from recast_cli.report.statistics import Contrast, primary, secondary
 from recast_cli.report.tables import fixed, markdown_table, table_contrasts
 
@@ -34,14 +34,7 @@ ENDPOINTS = "endpoints.csv"
 
 def is_cell_input(paths: Sequence[str | Path]) -> bool:
     """True when the inputs are ``recast.cell/1`` tables (``recast study``)."""
-    for p in map(Path, paths):
-        if p.is_file():
-            try:
-                if artifact_schema(p)[0] == CELL_SCHEMA:
-                    return True
-            except BadInput:
-                continue
-    return False
+    return holds_schema(paths, CELL_SCHEMA)
 
 
 def load_cells(paths: Sequence[str | Path]) -> list[CellTable]:
@@ -55,13 +48,9 @@ def load_cells(paths: Sequence[str | Path]) -> list[CellTable]:
     if len(set(keys)) != len(keys):
         raise BadInput("two cell tables hold the same arm, budget and group size")
     for what in ("rewards", "n"):
-        if len({json_key(c.meta[what]) for c in cells}) > 1:
+        if len({repr(c.meta[what]) for c in cells}) > 1:
             raise BadInput(f"the cells disagree on {what}: they are not one study")
     return sorted(cells, key=lambda c: (c.meta["group_size"], c.meta["lambda"], c.label))
-
-
-def json_key(value) -> str:
-    return repr(value)
 
 
 def endpoints(cell: CellTable) -> dict[int, tuple[float | None, float | None]]:

@@ -388,16 +388,21 @@ class CurveInputs:
     weights: list[tuple[str, WeightMatrix]]
 
 
-def is_curve_input(paths: Sequence[str | Path]) -> bool:
-    """True when the inputs hold a ``recast.curve/1`` table: the report of the 1-D world."""
+def holds_schema(paths: Sequence[str | Path], schema: str) -> bool:
+    """True when a file among the inputs declares ``schema`` (unreadable files are skipped here)."""
     for p in map(Path, paths):
         if p.is_file():
             try:
-                if artifact_schema(p)[0] == CURVE_SCHEMA:
+                if artifact_schema(p)[0] == schema:
                     return True
             except BadInput:
                 continue
     return False
+
+
+def is_curve_input(paths: Sequence[str | Path]) -> bool:
+    """True when the inputs hold a ``recast.curve/1`` table: the report of the 1-D world."""
+    return holds_schema(paths, CURVE_SCHEMA)
 
 
 def load_curve_inputs(paths: Sequence[str | Path]) -> CurveInputs:

@@ -269,3 +269,15 @@ def test_shards_run_at_the_same_time(tmp_path):
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert len(list((tmp_path / "st" / "cells").iterdir())) == 4
+
+
+def test_malloc_keeps_freed_memory_on_glibc():
+    """The engine's mallopt calls are accepted by this C library (a refused one leaves the engine
+    to glibc's defaults: fresh pages for its arrays at every step, 13% of a cell's wall)."""
+    import platform
+
+    from recast_cli.batched.engine import hold_freed_memory
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert hold_freed_memory() is True

@@ -275,6 +275,21 @@ def test_the_velocity_is_exact_in_numpy_and_torch_for_any_batch_shape(custom):
     assert np.isnan(custom.reward_value("ripple", np.array([np.nan]))[0])
 
 
+def test_the_one_level_torch_velocity_is_the_numpy_velocity(custom):
+    """One σ for the whole batch (a number or a one-element tensor: the batched engine's sampling and
+    evaluation) takes its own path: the same numbers as numpy at every level of the grid, −x at σ = 0,
+    and finite far outside the mixture, where every component's density underflows."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.normal(0, 2, 501), [-60.0, 45.0, 0.0]]).reshape(3, -1, 1)
+    for sigma in np.linspace(0, 1, 26):
+        want = custom.velocity(x, sigma)
+        for level in (float(sigma), torch.tensor(sigma), torch.tensor([sigma])):
+            got = custom.velocity_torch(torch.from_numpy(x), level)
+            assert got.shape == x.shape and torch.isfinite(got).all()
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(custom.velocity_torch(torch.from_numpy(x), 0.0), -torch.from_numpy(x))
+
+
 def test_a_flow1d_setting_trains_evaluates_and_estimates_on_its_world(tmp_path, custom):
     path = setting(tmp_path, CUSTOM)
     spec = load_setting(str(path)).policy

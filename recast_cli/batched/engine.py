@@ -24,9 +24,9 @@ nothing is written per run; the caller keeps the per-seed numbers (``CellResult`
 
 from __future__ import annotations
 
-import math
+import ctypes
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -35,66 +35,38 @@ from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.flow1d import DTYPE, X_SCALE, ResidualMLP
 from recast_cli.policy.sde import sde_step
+from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.seeds import hashed_normal, train_seeds, update_rng
 from recast_cli.train.config import TrainConfig
 from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
 
 #: (seed, pair) elements per forward/backward of the update: bounds the activations' memory
 #: (about 1 KiB each) whatever S and the pairs per step; the sum over micro-batches is the same loss.
-UPDATE_ELEMENTS = 1 << 16
+#: 2^15 and EVAL_ELEMENTS 2^15 were 5-10% faster than 2^14, 2^16 or 2^17 (64 seeds, one core:
+#: the arrays of a chunk, 4 MiB of activations, stay nearer the cache).
+UPDATE_ELEMENTS = 1 << 15
 #: (seed, sample) elements per evaluation chunk.
-EVAL_ELEMENTS = 1 << 16
+EVAL_ELEMENTS = 1 << 15
 PARAM_NAMES = ("inner.weight", "inner.bias", "middle.weight", "middle.bias", "out.weight", "out.bias")
+#: glibc's mallopt parameters, and the size above which a block is mmap'ed (the ceiling of glibc's own
+#: dynamic threshold on 64-bit; a cell's largest arrays are a few MiB).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, MMAP_THRESHOLD = -1, -3, 32 << 20
 
 
-# --------------------------------------------------------------------------- the world
+def hold_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed memory for the next allocation (mallopt: the heap is never
+    trimmed; blocks up to 32 MiB come from the heap, not from fresh mmaps).
 
-
-@dataclass(frozen=True)
-class Mixture:
-    """π^old = Σ_j w_j N(μ_j, s_j²): what the exact velocity v* of the flow1d policy is the velocity of."""
-
-    weights: np.ndarray
-    means: np.ndarray
-    stds: np.ndarray
-
-    @classmethod
-    def default(cls) -> Mixture:
-        from recast_cli.policy.gmm1d import MEANS, STD
-
-        return cls(np.full(len(MEANS), 1.0 / len(MEANS)), MEANS.astype(np.float64), np.full(len(MEANS), STD))
-
-    def velocity(self, x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-        """v*(x, σ) = (x − E[x_0 | x_σ = x])/σ (−x at σ = 0), float64, any shape of x; σ broadcasts to x.
-
-        The closed-form posterior of :func:`recast_cli.policy.gmm1d.posterior` in torch: component j
-        has weight ∝ w_j·N(x; (1 − σ)μ_j, v_j) with v_j = (1 − σ)²s_j² + σ² and mean
-        μ_j + (1 − σ)s_j²/v_j·(x − (1 − σ)μ_j).
-        """
-        mu = torch.as_tensor(self.means, dtype=torch.float64)
-        s2 = torch.as_tensor(self.stds, dtype=torch.float64) ** 2
-        logw = torch.log(torch.as_tensor(self.weights, dtype=torch.float64))
-        sigma = sigma.to(torch.float64)
-        if sigma.dim() == 0:  # one level for the whole batch (sampling, evaluation): the per-component
-            # constants once, the same expressions as below, so the same numbers
-            if float(sigma) == 0.0:
-                return -x
-            keep = 1 - sigma
-            var = keep**2 * s2 + sigma**2
-            centred = x[..., None] - keep * mu
-            log_dens = logw - 0.5 * centred**2 / var - 0.5 * torch.log(2 * math.pi * var)
-            post = torch.exp(log_dens - log_dens.amax(dim=-1, keepdim=True))  # the softmax over a few
-            x0_hat = (post * (mu + keep * s2 / var * centred)).sum(-1) / post.sum(-1)  # components, unrolled
-            return (x - x0_hat) / sigma
-        sigma = torch.broadcast_to(sigma, x.shape)
-        keep = (1 - sigma)[..., None]
-        var = keep**2 * s2 + sigma[..., None] ** 2
-        centred = x[..., None] - keep * mu
-        log_dens = logw - 0.5 * centred**2 / var - 0.5 * torch.log(2 * math.pi * var)
-        post = torch.softmax(log_dens, dim=-1)
-        x0_hat = (post * (mu + keep * s2 / var * centred)).sum(-1)
-        s = sigma
-        return torch.where(s > 0, (x - x0_hat) / torch.where(s > 0, s, 1.0), -x)
+    Every step of a cell allocates and frees the same arrays of a few MiB. With glibc's defaults
+    they went back to the kernel and were faulted in again: 3.3 s of system time and 2.2 M page
+    faults in a 26 s cell of ``benchmarks/bench_study.py`` (64 seeds), 0.06 s and 39 k with this.
+    The cost is a resident size that stays at the process's peak (the cell's working set, tens
+    of MiB). Returns False, changing nothing, where the C library is not glibc."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
 # --------------------------------------------------------------------------- S stacked networks
@@ -130,14 +102,15 @@ class StackedMLP:
             s_cols = [1, *range(2 + 2 * F, 2 + 4 * F)]
             bias = torch.baddbmm(b1.unsqueeze(1), sigma_part.expand(len(w1), 1, 1 + 2 * F), w1[:, :, s_cols].transpose(1, 2))
             h = torch.cat([x / X_SCALE, torch.sin(fx), torch.cos(fx)], dim=-1)
-            h = torch.nn.functional.silu(torch.baddbmm(bias, h, w1[:, :, x_cols].transpose(1, 2)))
+            h = torch.nn.functional.silu(torch.baddbmm(bias, h, w1[:, :, x_cols].transpose(1, 2)), inplace=True)
         else:
             s = torch.broadcast_to(sigma.to(DTYPE).unsqueeze(-1), x.shape)
             fs = s * self.freq / 2
             h = torch.cat([x / X_SCALE, s, torch.sin(fx), torch.cos(fx), torch.sin(fs), torch.cos(fs)], dim=-1)
             h = torch.nn.functional.silu(torch.baddbmm(b1.unsqueeze(1), h, w1.transpose(1, 2)))
-        h = torch.nn.functional.silu(torch.baddbmm(b2.unsqueeze(1), h, w2.transpose(1, 2)))
-        if not torch.is_grad_enabled():  # one output: a dot product per sample beats a matmul of width 1
+        grad = torch.is_grad_enabled()
+        h = torch.nn.functional.silu(torch.baddbmm(b2.unsqueeze(1), h, w2.transpose(1, 2)), inplace=not grad)
+        if not grad:  # one output: a dot product per sample beats a matmul of width 1
             return (h * w3).sum(-1) + b3
         return torch.baddbmm(b3.unsqueeze(1), h, w3.transpose(1, 2)).squeeze(-1)
 
@@ -171,8 +144,7 @@ class Cell:
     policy_seed: int = 0
     eval_n: int = 2048
     eval_seed: int = 10000
-    mixture: Mixture = field(default_factory=Mixture.default)
-    score: Callable[[str, np.ndarray], np.ndarray] | None = None  # (reward, x_0 [B]) → r [B]; default gmm1d's
+    world: World1D = DEFAULT_WORLD  # π^old (v* is its exact velocity) and the rewards
 
 
 @dataclass
@@ -210,26 +182,23 @@ class BatchedTrainer:
         self.optimizer = torch.optim.AdamW(self.net.params, lr=cfg.learning_rate,
                                            betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                            weight_decay=cfg.weight_decay)
-        if cell.score is None:
-            from recast_cli.policy.gmm1d import reward_value
-
-            self.score = reward_value
-        else:
-            self.score = cell.score
+        self.score = cell.world.reward_value
         self.iteration = 0
         self.first_gradients = np.zeros((self.S, 0))
 
     # ------------------------------------------------------------------ the policy
 
-    def velocity(self, x: torch.Tensor, t: torch.Tensor | int, exact: torch.Tensor | None = None,
+    def velocity(self, x: torch.Tensor, sigma: torch.Tensor, exact: torch.Tensor | None = None,
                  params: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
-        """v = v* + MLP_θs at x [S, N] and steps t ([S, N] or one int), float64 (v* given: reused)."""
-        sigma = self.sigmas[t]
+        """v = v* + MLP_θs at x [S, N] and levels σ ([S, N], or one level for all: a 0-dim tensor),
+        float64 (v* given: reused)."""
         if exact is None:
-            with torch.no_grad():
-                exact = self.cell.mixture.velocity(x, sigma)
-        return exact + self.net.forward(x, sigma if sigma.dim() == 0 else torch.broadcast_to(sigma, x.shape),
-                                        params).to(torch.float64)
+            exact = self.cell.world.velocity_torch(x, sigma)
+        return exact + self.net.forward(x, sigma, params).to(torch.float64)
+
+    def levels(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(σ_t, σ_{t−1}) as one-element tensors: one level for the whole batch broadcasts through E1."""
+        return self.sigmas[t].reshape(1), self.sigmas[t - 1].reshape(1)
 
     # ------------------------------------------------------------------ one iteration
 
@@ -248,11 +217,10 @@ class BatchedTrainer:
         x = noise(T + 1)
         states, log_probs, exact = [x], [], []
         for t in range(T, 0, -1):
-            sigma = self.sigmas[t]
-            v_star = self.cell.mixture.velocity(x, sigma)
-            v = v_star + self.net.forward(x, sigma).to(torch.float64)
-            x_next, _, _, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma.expand(S * B),
-                                        self.sigmas[t - 1].expand(S * B), self.cell.noise_level,
+            sigma, sigma_next = self.levels(t)
+            v_star = self.cell.world.velocity_torch(x, sigma)
+            v = self.velocity(x, self.sigmas[t], exact=v_star)
+            x_next, _, _, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma, sigma_next, self.cell.noise_level,
                                         noise(t).reshape(-1, 1))
             x = x_next.view(S, B)
             states.append(x)
@@ -278,35 +246,33 @@ class BatchedTrainer:
         """``updates_per_step`` AdamW steps over each seed's (image, trained step) pairs; per-seed stats."""
         cfg, S, T = self.cfg, self.S, self.T
         B = states.shape[1]
-        pairs = np.array([(b, t) for b in range(B) for t in self.cell.trained_steps], dtype=np.int64)
-        order = np.stack([update_rng(seed, iteration).permutation(len(pairs)) for seed in self.cell.seeds])
-        seed_rows = torch.arange(S)[:, None]
+        steps = torch.tensor(self.cell.trained_steps, dtype=torch.int64)
+        P = B * len(steps)  # pair p = b·K + k is (image b, trained step t_k), as a single run lists them
+        order = torch.from_numpy(np.stack([update_rng(seed, iteration).permutation(P) for seed in self.cell.seeds]))
+        j = T - steps  # the column of x_t in states (x_{t−1} is the next), of v* and the old log-probability
+        by_pair = {"x": states[:, :, j], "prev": states[:, :, j + 1], "v_star": exact[:, :, j],
+                   "old": log_probs[:, :, j], "A": adv_t[:, :, steps - 1],
+                   "sigma": self.sigmas[steps].expand(S, B, -1), "sigma_next": self.sigmas[steps - 1].expand(S, B, -1)}
+        by_pair = {k: v.reshape(S, P) for k, v in by_pair.items()}  # [S, P] each, in pair order
         totals = {k: torch.zeros(S, dtype=torch.float64) for k in ("policy_loss", "kl", "clipped", "loss")}
         grad_norm = torch.zeros(S, dtype=torch.float64)
         first_grads = None
-        for chunk in np.array_split(np.arange(len(pairs)), cfg.updates_per_step):
+        for chunk in np.array_split(np.arange(P), cfg.updates_per_step):
             size = max(1, min(cfg.micro_batch, UPDATE_ELEMENTS // S))
-            for lo in range(0, len(chunk), size):
-                chosen = pairs[order[:, chunk[lo: lo + size]]]  # [S, n, 2]
-                b = torch.from_numpy(chosen[..., 0])
-                t = torch.from_numpy(chosen[..., 1])
-                j = T - t
-                x = states[seed_rows, b, j]
-                prev = states[seed_rows, b, j + 1]
-                v_star = exact[seed_rows, b, j]
-                sigma, sigma_next = self.sigmas[t], self.sigmas[t - 1]
-                v = self.velocity(x, t, exact=v_star)
+            for lo in range(chunk[0], chunk[-1] + 1, size):
+                chosen = order[:, lo: min(lo + size, chunk[-1] + 1)]  # [S, n]: each seed's own pairs, in its order
+                x, prev, v_star, old, A, sigma, sigma_next = (by_pair[k].gather(1, chosen) for k in
+                                                              ("x", "prev", "v_star", "old", "A", "sigma", "sigma_next"))
+                v = self.velocity(x, sigma, exact=v_star)
                 _, mean, std, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma.reshape(-1),
                                             sigma_next.reshape(-1), self.cell.noise_level,
                                             prev_sample=prev.reshape(-1, 1))
                 lp = lp.view(x.shape)
-                old = log_probs[seed_rows, b, j]
-                A = adv_t[seed_rows, b, t - 1]
                 pg, clipped = ppo_terms(lp, old, A, cfg.clip_range)
                 loss, kl = pg, torch.zeros_like(pg)
                 if cfg.beta_kl > 0:
                     with torch.no_grad():
-                        ref = self.velocity(x, t, exact=v_star, params=self.reference)
+                        ref = self.velocity(x, sigma, exact=v_star, params=self.reference)
                         _, ref_mean, _, _ = sde_step(x.reshape(-1, 1), ref.reshape(-1, 1), sigma.reshape(-1),
                                                      sigma_next.reshape(-1), self.cell.noise_level,
                                                      prev_sample=prev.reshape(-1, 1))
@@ -325,8 +291,7 @@ class BatchedTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             finite = torch.stack([torch.isfinite(p.detach()).reshape(S, -1).all(dim=1) for p in self.net.params]).all(0)
             self.stop_if(~finite, iteration, "the updated weights")
-        n = len(pairs)
-        stats = {key: (value / n).numpy() for key, value in totals.items()}
+        stats = {key: (value / P).numpy() for key, value in totals.items()}
         stats["clip_frac"] = stats.pop("clipped")
         stats["grad_norm"] = grad_norm.numpy()
         if first_grads is not None:
@@ -387,15 +352,12 @@ class BatchedTrainer:
             chunk = seeds[lo: lo + width]
             n = len(chunk)
             x = torch.from_numpy(hashed_normal(chunk, np.full(n, T + 1), 1)).view(1, n).expand(S, n).clone()
-            for t in range(T, 0, -1):
-                v = self.velocity(x, t, params=params)
+            for t in range(T, 0, -1):  # x [S, n]: E1 broadcasts one level, and one noise row, over the seeds
+                v = self.velocity(x, self.sigmas[t], params=params)
                 noise = None
                 if noise_level > 0:
-                    noise = torch.from_numpy(hashed_normal(chunk, np.full(n, t), 1)).view(1, n).expand(S, n)
-                    noise = noise.reshape(-1, 1)
-                x_next, _, _, _ = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), self.sigmas[t].expand(S * n),
-                                           self.sigmas[t - 1].expand(S * n), noise_level, noise, with_log_prob=False)
-                x = x_next.view(S, n)
+                    noise = torch.from_numpy(hashed_normal(chunk, np.full(n, t), 1)).view(1, n)
+                x, _, _, _ = sde_step(x, v, *self.levels(t), noise_level, noise, with_log_prob=False)
             r = self.rewards(x).numpy()  # [S, n, m]
             values = np.concatenate([r, r @ self.lam[:, None]], axis=2)
             sums += values.sum(axis=1)
@@ -406,7 +368,9 @@ class BatchedTrainer:
 
     def run(self, progress: Callable[[int], None] | None = None) -> CellResult:
         """Train every seed to ``max_steps``, evaluating at every ``save_every``-th iteration and the last
-        (SDE), and the last also under the ODE. ``progress(iteration)`` is called after each iteration."""
+        (SDE), and the last also under the ODE. ``progress(iteration)`` is called after each iteration.
+        Sets the process's malloc to keep freed memory (:func:`hold_freed_memory`)."""
+        hold_freed_memory()
         cfg = self.cfg
         train_rows, eval_rows = [], []
         names = [*cfg.rewards, "aggregate"]

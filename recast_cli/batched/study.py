@@ -139,7 +139,7 @@ def run_cell(plan: StudyPlan, cell: CellPlan, progress=None) -> CellTable:
     """Train and evaluate every seed of one cell; write its ``recast.cell/1`` file atomically."""
     import torch
 
-    from recast_cli.batched.engine import BatchedTrainer, Cell, Mixture
+    from recast_cli.batched.engine import BatchedTrainer, Cell
     from recast_cli.train.plan import check_weights, run_noise_level
 
     setting, T = plan.setting, plan.setting.policy.steps
@@ -154,7 +154,7 @@ def run_cell(plan: StudyPlan, cell: CellPlan, progress=None) -> CellTable:
                        hidden=setting.policy.hidden, eval_n=plan.eval_n, eval_seed=plan.eval_seed)
     world = setting.policy.world
     if world is not None:  # a [world] of the setting's own: its mixture's v*, its step-function rewards
-        engine_cell = replace(engine_cell, mixture=Mixture(world.w, world.mu, world.s), score=world.reward_value)
+        engine_cell = replace(engine_cell, world=world)
     start = time.perf_counter()
     trainer = BatchedTrainer(engine_cell)
     result = trainer.run(progress)

@@ -237,10 +237,17 @@ class World1D:
     def velocity_torch(self, x, sigma):
         """:meth:`velocity` in torch on x's device and dtype: x of any shape, σ a tensor or number
         broadcastable to it. No gradient flows (the exact velocity does not depend on θ). Agrees
-        with the numpy :meth:`velocity` to rounding (float64)."""
+        with the numpy :meth:`velocity` to rounding (float64).
+
+        One level for the whole batch (a number, or a tensor of one element: sampling and
+        evaluation, where every sample is at the same step) takes a faster path: the components'
+        constants are computed once in float64, and the posterior is one pass of in-place ops over
+        x's [..., J] array (the batched study engine spends a sixth of its time here)."""
         import torch
 
         with torch.no_grad():
+            if not torch.is_tensor(sigma) or sigma.numel() == 1:
+                return self._velocity_one_level(x, float(sigma))
             sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device).expand_as(x)
             mu = torch.tensor(self.means, dtype=x.dtype, device=x.device)
             s2 = torch.tensor(self.stds, dtype=x.dtype, device=x.device) ** 2
@@ -254,6 +261,25 @@ class World1D:
             x0_hat = (weights * (mu + keep * s2 / var_t * centred)).sum(-1)
             positive = sigma > 0
             return torch.where(positive, (x - x0_hat) / torch.where(positive, sigma, torch.ones_like(sigma)), -x)
+
+    def _velocity_one_level(self, x, sigma: float):
+        """:meth:`velocity_torch` at one level σ for every element of x (no gradient)."""
+        import torch
+
+        if sigma == 0.0:
+            return -x
+        keep = 1.0 - sigma
+        s2 = self.s**2
+        var_t = keep**2 * s2 + sigma**2
+        # log w_j N(x; keep·μ_j, v_j) = a_j − b_j·(x − keep·μ_j)²; posterior mean μ_j + g_j·(x − keep·μ_j)
+        a, b, g, shift, mu = (torch.tensor(c, dtype=x.dtype, device=x.device) for c in
+                              (np.log(self.w) - 0.5 * np.log(2 * np.pi * var_t), 0.5 / var_t,
+                               keep * s2 / var_t, keep * self.mu, self.mu))
+        centred = x.unsqueeze(-1) - shift
+        post = centred.square().mul_(b).neg_().add_(a)
+        post = post.sub_(post.amax(dim=-1, keepdim=True)).exp_()  # the softmax's numerator, max-shifted
+        x0_hat = (centred.mul_(g).add_(mu).mul_(post)).sum(-1).div_(post.sum(-1))
+        return (x - x0_hat).div_(sigma)
 
     # ------------------------------------------------------------------ the rewards
 

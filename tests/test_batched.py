@@ -281,3 +281,41 @@ def test_malloc_keeps_freed_memory_on_glibc():
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc's")
     assert hold_freed_memory() is True
+
+
+def test_a_study_killed_mid_cell_resumes_and_loses_only_that_cell(tmp_path):
+    """kill -9 while a cell trains: the finished cells stay as they are, nothing half-written is
+    left behind as a cell, and the rerun runs only what was not finished."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    setting = write_setting(tmp_path, study='modes = ["static", "recast"]')
+    recast = Path(sys.executable).parent / "recast"
+    cells = tmp_path / "st" / "cells"
+    args = [str(recast), "study", str(setting), "--out", str(tmp_path / "st"), "--seeds", "0:6",
+            "--set", "max_steps=150", "--set", "save_every=150", "--quiet"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while not (cells.is_dir() and any(p.suffix == ".parquet" for p in cells.iterdir())):
+            assert proc.poll() is None and time.monotonic() < deadline, "no cell finished"
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the next cell
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = {p.name: p.stat().st_mtime_ns for p in cells.iterdir() if p.suffix == ".parquet"}
+    assert 1 <= len(done) < 4
+    for name in done:
+        read_cell(cells / name)  # whole cells only
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr
+    after = {p.name: p.stat().st_mtime_ns for p in cells.iterdir()}
+    assert len(after) == 4 and all(name.endswith(".parquet") for name in after)  # no temp file left
+    assert all(after[name] == stamp for name, stamp in done.items())
+    assert (tmp_path / "st" / "report" / "report.md").is_file()

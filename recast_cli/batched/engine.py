@@ -89,9 +89,10 @@ class StackedMLP:
     def forward(self, x: torch.Tensor, sigma: torch.Tensor, params: Sequence[torch.Tensor] | None = None) \
             -> torch.Tensor:
         w1, b1, w2, b2, w3, b3 = self.params if params is None else params
+        grad = torch.is_grad_enabled()
         x = x.to(DTYPE).unsqueeze(-1)
         fx = x * self.freq / X_SCALE
-        if sigma.dim() == 0 and not torch.is_grad_enabled():
+        if sigma.dim() == 0 and not grad:
             # one σ for the whole batch (sampling, evaluation): its features' share of the first layer
             # is one vector per seed, added like the bias (the same sum, in another order)
             F = len(self.freq)
@@ -108,7 +109,6 @@ class StackedMLP:
             fs = s * self.freq / 2
             h = torch.cat([x / X_SCALE, s, torch.sin(fx), torch.cos(fx), torch.sin(fs), torch.cos(fs)], dim=-1)
             h = torch.nn.functional.silu(torch.baddbmm(b1.unsqueeze(1), h, w1.transpose(1, 2)))
-        grad = torch.is_grad_enabled()
         h = torch.nn.functional.silu(torch.baddbmm(b2.unsqueeze(1), h, w2.transpose(1, 2)), inplace=not grad)
         if not grad:  # one output: a dot product per sample beats a matmul of width 1
             return (h * w3).sum(-1) + b3
@@ -217,10 +217,9 @@ class BatchedTrainer:
         x = noise(T + 1)
         states, log_probs, exact = [x], [], []
         for t in range(T, 0, -1):
-            sigma, sigma_next = self.levels(t)
-            v_star = self.cell.world.velocity_torch(x, sigma)
+            v_star = self.cell.world.velocity_torch(x, self.sigmas[t])
             v = self.velocity(x, self.sigmas[t], exact=v_star)
-            x_next, _, _, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma, sigma_next, self.cell.noise_level,
+            x_next, _, _, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), *self.levels(t), self.cell.noise_level,
                                         noise(t).reshape(-1, 1))
             x = x_next.view(S, B)
             states.append(x)

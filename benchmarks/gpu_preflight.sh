@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The GPU check in one command: `make gpu-preflight` on a GPU node with the project's .venv, and
+# the one prepared run on a lent machine that has torch but neither the venv nor a network
+# (docs/gpu.md, "On a machine without the venv"). In order, each step's output kept in $OUT:
+#
+#   1. versions.txt  the GPU (nvidia-smi -L), python and the versions of the stack it runs on;
+#   2. offload.txt   tests/test_offload.py: embeddings, latents, loss and gradient the same with
+#                    the text encoders offloaded as without, on CUDA where there is one;
+#   3. SETTING/preflight.json for each of $SETTINGS: `recast preflight --scale $SCALE
+#                    --random-weights` (build, rewards, estimate, train twice, evaluate).
+#   log.txt          everything printed, as it is printed (what comes back if the run is cut off).
+#
+# Environment (all optional):
+#   PY        the python to run (default: .venv/bin/python where it exists, else python3)
+#   OUT       the folder to write (default: artifacts/preflight)
+#   WHEELS    a folder of wheels installed first, with no index and no dependencies, into a private
+#             folder ($SITE, default /tmp/recast-site) put ahead of the interpreter's own packages:
+#             `make device-wheels` fills .whl/ with what benchmarks/device-wheels.txt pins
+#   SETTINGS  the settings to check (default when unset: "ocr geneval", the paper's two; "" = none)
+#   SCALE     full (default; beyond the build it needs CUDA) or tiny (the CPU rehearsal)
+#
+# Exit: 0 when every step passed, 1 when a step failed (the others still ran), 2 when the stack
+# cannot even import recast (nothing else is tried: no GPU time is spent on a broken install).
+set -u -o pipefail
+
+if [ -z "${PY:-}" ]; then
+    if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+OUT=${OUT:-artifacts/preflight}
+SETTINGS=${SETTINGS-ocr geneval}
+SCALE=${SCALE:-full}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT" || exit 2
+LOG=$OUT/log.txt
+: >"$LOG"
+
+say() { echo "gpu-preflight: $*" | tee -a "$LOG"; }
+
+if [ -n "${WHEELS:-}" ]; then
+    SITE=${SITE:-/tmp/recast-site}
+    shopt -s nullglob
+    wheels=("$WHEELS"/*.whl)
+    shopt -u nullglob
+    if [ ${#wheels[@]} -eq 0 ]; then
+        say "WHEELS=$WHEELS holds no .whl file (make device-wheels fills .whl/)"
+        exit 2
+    fi
+    say "installing ${#wheels[@]} wheels from $WHEELS into $SITE"
+    if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" "${wheels[@]}" >>"$LOG" 2>&1; then
+        say "pip could not install the wheels in $WHEELS (see $LOG)"
+        exit 2
+    fi
+    export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+# 1. The stack. An import that fails here would fail every later step: stop at once.
+{
+    nvidia-smi -L 2>/dev/null || echo "nvidia-smi: none"
+    "$PY" - <<'EOF'
+import importlib, importlib.metadata as md, platform, sys
+print("python", platform.python_version(), sys.executable)
+for module in ("recast_cli.cli", "recast_cli.preflight", "diffusers", "transformers", "open_clip", "peft"):
+    importlib.import_module(module)
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+for name in ("diffusers", "transformers", "huggingface_hub", "tokenizers", "accelerate", "peft",
+             "open_clip_torch", "safetensors", "numpy", "typer", "rich", "pytest"):
+    try:
+        version = md.version(name)
+    except md.PackageNotFoundError:
+        version = "missing"
+    module = {"open_clip_torch": "open_clip", "huggingface_hub": "huggingface_hub"}.get(name, name)
+    spec = importlib.util.find_spec(module)
+    print(f"{name} {version} {spec.origin if spec else ''}")
+EOF
+} >"$OUT/versions.txt" 2>&1
+status=$?
+cat "$OUT/versions.txt" >>"$LOG"
+if [ $status -ne 0 ]; then
+    say "the stack cannot import recast (see $OUT/versions.txt): $(tail -n 1 "$OUT/versions.txt")"
+    exit 2
+fi
+
+failed=0
+# 2. Offload equality, on every device this machine has (seconds at the tiny scale).
+say "tests/test_offload.py"
+if ! "$PY" -m pytest -q -p no:cacheprovider tests/test_offload.py 2>&1 | tee "$OUT/offload.txt" >>"$LOG"; then
+    say "tests/test_offload.py FAILED (see $OUT/offload.txt)"
+    failed=1
+fi
+
+# 3. Each setting's preflight. It writes preflight.json itself (atomically) and prints its table.
+for s in $SETTINGS; do
+    say "recast preflight --setting pipelines/$s.toml --scale $SCALE"
+    start=$(date +%s)
+    if ! "$PY" -m recast_cli preflight --setting "pipelines/$s.toml" --scale "$SCALE" --random-weights \
+            --out "$OUT/$s" 2>&1 | tee -a "$LOG"; then
+        failed=1
+    fi
+    say "$s: $(( $(date +%s) - start )) s"
+done
+
+if [ $failed -ne 0 ]; then say "a step FAILED: see $LOG"; else say "every step passed"; fi
+exit $failed

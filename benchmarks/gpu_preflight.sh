@@ -30,6 +30,7 @@ OUT=${OUT:-artifacts/preflight}
 SETTINGS=${SETTINGS-ocr geneval}
 SCALE=${SCALE:-full}
 export PYTHONUNBUFFERED=1
+export COLUMNS=${COLUMNS:-200}  # rich tables in log.txt whole, not cut to 80 columns
 mkdir -p "$OUT" || exit 2
 LOG=$OUT/log.txt
 : >"$LOG"

@@ -1,7 +1,8 @@
 """``RUN/metrics.parquet`` (``recast.metrics/1``): one row per (training step, reward).
 
 Reward columns: ``reward_mean``, ``reward_std`` (over the step's images) and ``adv_abs``
-(list over t = 1…T: the mean |T·W_{i,t}·A_i|, the reward's share of the per-step advantage).
+(list over t = 1…T: the mean |T'·W_{i,t}·A_i|, T' the number of trained steps, the reward's
+share of the per-step advantage).
 Step columns, repeated on every reward's row: ``aggregate`` (Σ_i λ_i·mean r_i with the run's
 λ), ``loss``, ``policy_loss``, ``kl``, ``clip_frac``, ``grad_norm``, ``lr``, ``images``,
 ``step_adv_abs`` (list over t: the mean |A_t| after clipping; 0 at steps not trained) and the

@@ -3,7 +3,7 @@
 ``RUN/checkpoints/step-NNNNNN/`` holds
 
 * ``adapter/pytorch_lora_weights.safetensors`` — the LoRA adapter in diffusers' format
-  (``transformer/diffusion_pytorch_model.safetensors`` for full fine-tuning), and
+  (``adapter/diffusion_pytorch_model.safetensors`` for full fine-tuning), and
   ``adapter_ema/`` the EMA weights when EMA is on;
 * ``state.safetensors`` — optimizer moments (by parameter name) and RNG states;
 * ``state.json`` — step, data position, learning-rate schedule, optimizer hyper-parameters,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,10 @@ from typer.testing import CliRunner
 
 from recast_cli.cli import app
 from recast_cli.errors import BadInput
-from recast_cli.rewards.options import resolve_reward_options
+from recast_cli.rewards.options import resolve_reward_options, reward_options
 from recast_cli.settings import load_setting
 from recast_cli.study import StudySpec, load_study
+from tests import hubcache
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ROOT / "pipelines"
@@ -39,17 +41,19 @@ def assert_one_line_exit_2(result, *needles: str) -> str:
     return lines[0]
 
 
-#: the shipped settings laid out over models/ and data/, and the model folder each names
-PAPER_SETTINGS = {"ocr": "stable-diffusion-3.5-medium", "geneval": "stable-diffusion-3.5-medium",
-                  "flux-ocr": "FLUX.1-dev", "qwenimage-ocr": "Qwen-Image"}
+#: the shipped settings and the Hub repo of the model each names
+PAPER_SETTINGS = {"ocr": "stabilityai/stable-diffusion-3.5-medium", "geneval": "stabilityai/stable-diffusion-3.5-medium",
+                  "flux-ocr": "black-forest-labs/FLUX.1-dev", "qwenimage-ocr": "Qwen/Qwen-Image"}
 
 
 @pytest.fixture(scope="module")
-def standins(tmp_path_factory) -> Path:
-    """A tree laid out as the paper settings expect: pipelines/ (verbatim copies), models/, data/.
+def standins(tmp_path_factory) -> Iterator[Path]:
+    """A tree laid out as the paper settings expect: pipelines/ (verbatim copies), data/, and a Hugging
+    Face cache (``hf/``, the process's cache while the module runs) holding every repo they name.
 
-    The SD3 folder is a tiny randomly initialised SD3-architecture pipeline in diffusers layout;
-    the reward weights are files and folders of the names and kinds the checks look for.
+    The SD3 snapshot is a tiny randomly initialised SD3-architecture pipeline in diffusers layout, the
+    FLUX and Qwen-Image ones the tiny models of their families' real classes; the reward repos hold
+    files of the names and kinds the checks look for.
     """
     from recast_cli.policy.tiny import write_tiny_model
     from recast_cli.toy.model import build_pipeline, save_pipeline
@@ -59,18 +63,13 @@ def standins(tmp_path_factory) -> Path:
     (root / "pipelines").mkdir()
     for name in PAPER_SETTINGS:
         (root / "pipelines" / f"{name}.toml").write_text((PIPELINES / f"{name}.toml").read_text())
-    models = root / "models"
-    save_pipeline(build_pipeline(toy_words(), with_t5=True), models / "stable-diffusion-3.5-medium")
-    write_tiny_model("flux", models / "FLUX.1-dev")  # the tiny models of the families' real classes
-    write_tiny_model("qwenimage", models / "Qwen-Image")
-    for folder, marker in (("clip-vit-large-patch14", "config.json"), ("PickScore_v1", "config.json"),
-                           ("CLIP-ViT-H-14-laion2B-s32B-b79K", "preprocessor_config.json")):
-        (models / folder).mkdir(parents=True)
-        (models / folder / marker).write_text("{}")
-    for file in ("HPSv2/HPS_v2.1_compressed.pt", "aesthetic/sac+logos+ava1-l14-linearMSE.pth",
-                 "ImageReward/ImageReward.pt", "ImageReward/med_config.json", "HPSv3/HPSv3.safetensors"):
-        (models / file).parent.mkdir(parents=True, exist_ok=True)
-        (models / file).write_bytes(b"stand-in")
+    cache = root / "hf"
+    hubcache.put(cache, "stabilityai/stable-diffusion-3.5-medium",
+                 write=lambda folder: save_pipeline(build_pipeline(toy_words(), with_t5=True), folder))
+    hubcache.put(cache, "black-forest-labs/FLUX.1-dev", write=lambda folder: write_tiny_model("flux", folder))
+    hubcache.put(cache, "Qwen/Qwen-Image", write=lambda folder: write_tiny_model("qwenimage", folder))
+    for repo, files in hubcache.PAPER_REWARD_FILES.items():
+        hubcache.put(cache, repo, files)
     ocr = root / "data" / "ocr"
     ocr.mkdir(parents=True)
     (ocr / "train.txt").write_text('A shop sign that reads "OPEN"\nA poster with the words "Hello World"\n')
@@ -83,7 +82,8 @@ def standins(tmp_path_factory) -> Path:
     (geneval / "test_metadata.jsonl").write_text(lines)
     (geneval / "metadata.jsonl").write_text(lines)
     (geneval / "estimate.txt").write_text("a photo of a cat\n")
-    return root
+    with hubcache.using_cache(cache):
+        yield root
 
 
 def variant(standins: Path, base: str, name: str, old: str, new: str) -> Path:
@@ -103,11 +103,13 @@ def test_toy_setting_passes():
 
 
 @pytest.mark.parametrize("name", PAPER_SETTINGS)
-def test_paper_settings_name_the_missing_model_folder(name):
+def test_paper_settings_name_the_missing_hub_model_and_how_to_fetch_it(name, tmp_path):
     setting = load_setting(name)
-    if setting.policy.path.exists():
-        pytest.skip(f"{setting.policy.path} exists in this checkout")
-    assert_one_line_exit_2(check(name), f"{name}.toml", PAPER_SETTINGS[name], "does not exist")
+    assert setting.policy.path is None and setting.policy.hub.repo == PAPER_SETTINGS[name]
+    with hubcache.using_cache(tmp_path / "empty-cache"):
+        line = assert_one_line_exit_2(check(name), f"{name}.toml", PAPER_SETTINGS[name],
+                                      "not in the local Hugging Face cache", "recast fetch")
+    assert "huggingface-cli login" in line
 
 
 @pytest.mark.parametrize("name", PAPER_SETTINGS)
@@ -136,9 +138,29 @@ def test_missing_prompts_file_is_named(standins):
 
 
 def test_missing_reward_weight_is_named(standins):
-    path = variant(standins, "ocr", "no-hps", 'weights = "../models/HPSv2/HPS_v2.1_compressed.pt"',
-                   'weights = "../models/HPSv2/gone.pt"')
+    path = variant(standins, "ocr", "no-hps", 'weights = "xswu/HPSv2"', 'weights = "../models/HPSv2/gone.pt"')
     assert_one_line_exit_2(check(path), "scorer hps", "gone.pt", "does not exist")
+
+
+def test_a_reward_weight_missing_from_the_cache_is_named_with_recast_fetch(standins):
+    path = variant(standins, "ocr", "hps-rev", 'weights = "xswu/HPSv2"', 'weights = "xswu/HPSv2@v9"')
+    assert_one_line_exit_2(check(path), "scorer hps", "xswu/HPSv2@v9", "not in the local Hugging Face cache",
+                           "recast fetch")
+
+
+def test_a_local_path_in_place_of_a_hub_id_is_used(standins):
+    local = standins / "models" / "HPSv2" / "HPS_v2.1_compressed.pt"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_bytes(b"stand-in")
+    path = variant(standins, "ocr", "local-hps", 'weights = "xswu/HPSv2"',
+                   'weights = "../models/HPSv2/HPS_v2.1_compressed.pt"')
+    result = check(path)
+    assert result.exit_code == 0, result.stderr
+    from recast_cli.rewards.hps import HPS_WEIGHTS
+    from recast_cli.rewards.weights import resolve
+
+    given = reward_options(load_setting(str(path)).raw, path)["hps"]["weights"]
+    assert resolve(HPS_WEIGHTS, given) == local.resolve()
 
 
 @pytest.mark.parametrize(("old", "new", "needle"), [
@@ -239,7 +261,7 @@ def test_self_positives_need_the_tilting_rewards(standins):
 
 
 def test_processor_folder_written_by_transformers_5_passes(standins):
-    folder = standins / "models" / "CLIP-ViT-H-14-laion2B-s32B-b79K"
+    folder = hubcache.snapshot(standins / "hf", "laion/CLIP-ViT-H-14-laion2B-s32B-b79K")
     (folder / "preprocessor_config.json").rename(folder / "processor_config.json")
     try:
         result = check(standins / "pipelines" / "ocr.toml")

@@ -8,6 +8,7 @@ safetensors file); the file server serves prompt files with Range, dropped conne
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -270,3 +271,78 @@ def test_a_download_killed_with_sigkill_resumes_from_its_part_file(files, tmp_pa
     assert done.returncode == 0
     assert target.read_bytes() == PROMPTS
     assert files.requests[-1][2] == "bytes=50000-"
+
+
+# --------------------------------------------------------------------------- the shipped paper setting, whole
+
+#: stand-ins for the reward repos pipelines/ocr.toml names: what each loader reads, and a file it must not take
+OCR_REWARD_REPOS = {
+    "openai/clip-vit-large-patch14": {"config.json": b"{}", "tokenizer.json": b"{}", "model.safetensors": b"c" * 300,
+                                      "pytorch_model.bin": b"c" * 300, "flax_model.msgpack": b"c" * 300},
+    "yuvalkirstain/PickScore_v1": {"config.json": b"{}", "model.safetensors": b"p" * 300, "pytorch_model.bin": b"p" * 300},
+    "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": {"preprocessor_config.json": b"{}", "tokenizer.json": b"{}",
+                                              "open_clip_pytorch_model.bin": b"o" * 300},
+    "xswu/HPSv2": {"HPS_v2.1_compressed.pt": b"h" * 300, "HPS_v2_compressed.pt": b"h" * 300},
+    "trl-lib/ddpo-aesthetic-predictor": {"aesthetic-model.pth": b"a" * 100, "README.md": b"# head\n"},
+    "THUDM/ImageReward": {"ImageReward.pt": b"i" * 300, "med_config.json": b"{}", "README.md": b"# ir\n"},
+    "MizzenAI/HPSv3": {"HPSv3.safetensors": b"v" * 300, "README.md": b"# v3\n"},
+}
+#: what fetch should take of each (the loader's files only: no .bin twin, other framework, README or other checkpoint)
+OCR_REWARD_TAKEN = {
+    "openai/clip-vit-large-patch14": ["config.json", "model.safetensors", "tokenizer.json"],
+    "yuvalkirstain/PickScore_v1": ["config.json", "model.safetensors"],
+    "laion/CLIP-ViT-H-14-laion2B-s32B-b79K": ["preprocessor_config.json", "tokenizer.json"],
+    "xswu/HPSv2": ["HPS_v2.1_compressed.pt"],
+    "trl-lib/ddpo-aesthetic-predictor": ["aesthetic-model.pth"],
+    "THUDM/ImageReward": ["ImageReward.pt", "med_config.json"],
+    "MizzenAI/HPSv3": ["HPSv3.safetensors"],
+}
+#: `recast fetch` with the prompt files' pins (url, git blob, sha256) replaced by the test's, then the CLI
+PINNED_CLI = ("import json, sys; from recast_cli.fetch import sources as s; "
+              "s.PROMPT_FILES.update({k: s.PromptFile(k, *v) for k, v in json.loads(sys.argv.pop(1)).items()}); "
+              "from recast_cli.cli import main; main()")
+
+
+def test_the_shipped_ocr_setting_fetches_every_model_and_prompt_file_it_names_then_checks_offline(
+        hub, files, tiny_sd3, tmp_path):
+    """pipelines/ocr.toml verbatim, beside a fresh data/ and an empty HF cache: `recast fetch` takes the
+    eight Hub repos it names (only the loaders' files) and Flow-GRPO's OCR prompt files (checked against
+    their pins), makes estimate.txt, and afterwards `recast check-setting` passes with the network gone."""
+    hub.add_repo("stabilityai/stable-diffusion-3.5-medium", tiny_sd3, EXTRAS)
+    for repo, stand_in in OCR_REWARD_REPOS.items():
+        folder = tmp_path / "repos" / repo
+        folder.mkdir(parents=True)
+        for name, data in stand_in.items():
+            (folder / name).write_bytes(data)
+        hub.add_repo(repo, folder)
+    train = "".join(f'A shop sign that reads "OPEN {i}"\n' for i in range(40)).encode()
+    test = b'A mug printed with "coffee"\nA poster with the words "Hello World"\n'
+    files.files.update({"/ocr/train.txt": train, "/ocr/test.txt": test})
+    files.cut["/ocr/train.txt"] = 500  # the first connection drops: resumed with Range in the same run
+    pins = {name: [f"{files.url}/{name}", git_blob(data), hashlib.sha256(data).hexdigest()]
+            for name, data in (("ocr/train.txt", train), ("ocr/test.txt", test))}
+    (tmp_path / "pipelines").mkdir()
+    setting = tmp_path / "pipelines" / "ocr.toml"
+    setting.write_text((ROOT / "pipelines" / "ocr.toml").read_text())
+    cache = tmp_path / "hf"
+
+    result = run(["-c", PINNED_CLI, json.dumps(pins), "fetch", str(setting)],
+                 {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(cache)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for repo, taken in OCR_REWARD_TAKEN.items():
+        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / hub.repos[repo][0]
+        assert sorted(p.name for p in snapshot.iterdir()) == taken, repo
+    sd3 = cache / "models--stabilityai--stable-diffusion-3.5-medium" / "snapshots" / hub.repos[
+        "stabilityai/stable-diffusion-3.5-medium"][0]
+    assert (sd3 / "model_index.json").is_file() and not (sd3 / "sd3_single.safetensors").exists()
+    assert not (sd3 / "text_encoder" / "pytorch_model.bin").exists()
+    data = tmp_path / "data" / "ocr"
+    assert (data / "train.txt").read_bytes() == train and (data / "test.txt").read_bytes() == test
+    assert (data / "estimate.txt").read_bytes() == b"".join(train.splitlines(keepends=True)[:16])  # [study] p = 16
+    assert ("GET", "/ocr/train.txt", "bytes=500-") in files.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "hf", "pipelines", "repos"]  # nothing else written
+
+    checked = run(["-m", "recast_cli", "check-setting", str(setting)],
+                  {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(cache)})
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "checks passed" in checked.stdout

@@ -72,22 +72,22 @@ bench: $(STAMP)
 # The GPU check (benchmarks/gpu_preflight.sh): tests/test_offload.py on this machine's devices (the
 # same images and losses with the text encoders offloaded as without), then `recast preflight` of
 # both paper settings on its GPU: SD3.5-Medium's architecture with random weights and its rewards'
-# networks, one batch of each reward, one estimate batch, one train step (eager, compiled, and eager
+# networks, one batch of each reward, one estimate batch, three train steps (eager, compiled, and eager
 # with the text encoders offloaded the other way) and one evaluate chunk each (README, "Before you
 # spend GPU hours"): a table each on stdout, preflight.json in $(OUT)/ocr and $(OUT)/geneval when
 # OUT is set, else in artifacts/preflight/, with versions.txt, offload.txt and log.txt beside them.
 # Every step runs even if one fails; the target fails if any did.
 PREFLIGHT := $(if $(OUT),$(OUT),artifacts/preflight)
 gpu-preflight: $(STAMP)
-	PY=$(BIN)/python OUT=$(PREFLIGHT) bash benchmarks/gpu_preflight.sh
+	PY=$(BIN)/python OUT='$(PREFLIGHT)' bash benchmarks/gpu_preflight.sh
 
 # The same check on a machine with a CUDA torch but no .venv and no network (docs/gpu.md): download
 # here the wheels benchmarks/device-wheels.txt pins (cp312, manylinux x86_64) into .whl/, carry that
 # folder there and run `WHEELS=.whl PY=python3 OUT=... bash benchmarks/gpu_preflight.sh`.
 DEVICE_PLATFORMS := $(foreach p,manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 \
 	manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1,--platform $(p)_x86_64)
-device-wheels:
-	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+device-wheels: $(STAMP)
+	$(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
 	    --python-version 3.12 --implementation cp $(DEVICE_PLATFORMS) -d .whl -r benchmarks/device-wheels.txt
 
 # Download what a setting needs (docs/fetch.md): its Hub models into the HF cache, its pinned prompt

@@ -16,19 +16,35 @@
 #   WHEELS    a folder of wheels installed first, with no index and no dependencies, into a private
 #             folder ($SITE, default /tmp/recast-site) put ahead of the interpreter's own packages:
 #             `make device-wheels` fills .whl/ with what benchmarks/device-wheels.txt pins
-#   SETTINGS  the settings to check (default when unset: "ocr geneval", the paper's two; "" = none)
+#   SETTINGS  the settings to check, names or .toml paths (default when unset: "ocr geneval", the
+#             paper's two; "" = none)
 #   SCALE     full (default; beyond the build it needs CUDA) or tiny (the CPU rehearsal)
+#   STEP_TIMEOUT  seconds each step may run (default 0: no limit); a step past it is killed and
+#             counted as failed, and the next step runs (what a lent machine's time limit needs)
 #
-# Exit: 0 when every step passed, 1 when a step failed (the others still ran), 2 when the stack
-# cannot even import recast (nothing else is tried: no GPU time is spent on a broken install).
+# Run it from anywhere: it works in the checkout it belongs to. Exit: 0 when every step passed
+# and every setting fits this device at its batch sizes, 1 otherwise (every step still ran), 2
+# when the stack cannot even import recast (nothing else is tried: no GPU time is spent on a
+# broken install).
 set -u -o pipefail
 
+absolute() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+
 if [ -z "${PY:-}" ]; then
-    if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    if [ -x "$root/.venv/bin/python" ]; then PY=$root/.venv/bin/python; else PY=python3; fi
 fi
-OUT=${OUT:-artifacts/preflight}
-SETTINGS=${SETTINGS-ocr geneval}
+OUT=$(absolute "${OUT:-artifacts/preflight}")
+[ -n "${WHEELS:-}" ] && WHEELS=$(absolute "$WHEELS")
+[ -n "${SITE:-}" ] && SITE=$(absolute "$SITE")
+case "$PY" in */*) PY=$(absolute "$PY") ;; esac
+settings=()  # names stay names; paths are made absolute before the cd below
+for s in ${SETTINGS-ocr geneval}; do
+    case "$s" in */*|*.toml) settings+=("$(absolute "$s")") ;; *) settings+=("$s") ;; esac
+done
 SCALE=${SCALE:-full}
+STEP_TIMEOUT=${STEP_TIMEOUT:-0}
+cd "$(dirname "$0")/.." || exit 2
 export PYTHONUNBUFFERED=1
 export COLUMNS=${COLUMNS:-200}  # rich tables in log.txt whole, not cut to 80 columns
 mkdir -p "$OUT" || exit 2
@@ -89,20 +105,35 @@ fi
 failed=0
 # 2. Offload equality, on every device this machine has (seconds at the tiny scale).
 say "tests/test_offload.py"
-if ! "$PY" -m pytest -q -p no:cacheprovider tests/test_offload.py 2>&1 | tee "$OUT/offload.txt" >>"$LOG"; then
-    say "tests/test_offload.py FAILED (see $OUT/offload.txt)"
+timeout "$STEP_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/test_offload.py 2>&1 \
+    | tee "$OUT/offload.txt" >>"$LOG"
+status=$?
+if [ $status -eq 0 ]; then
+    say "offload: $(tail -n 1 "$OUT/offload.txt")"
+else
+    why="exit $status"; [ $status -eq 124 ] && why="killed after STEP_TIMEOUT=$STEP_TIMEOUT s"
+    say "tests/test_offload.py FAILED ($why; see $OUT/offload.txt)"
     failed=1
 fi
 
 # 3. Each setting's preflight. It writes preflight.json itself (atomically) and prints its table.
-for s in $SETTINGS; do
-    say "recast preflight --setting pipelines/$s.toml --scale $SCALE"
+for s in ${settings[@]+"${settings[@]}"}; do
+    name=$(basename "$s" .toml)
+    say "recast preflight --setting $s --scale $SCALE"
     start=$(date +%s)
-    if ! "$PY" -m recast_cli preflight --setting "pipelines/$s.toml" --scale "$SCALE" --random-weights \
-            --out "$OUT/$s" 2>&1 | tee -a "$LOG"; then
+    timeout "$STEP_TIMEOUT" "$PY" -m recast_cli preflight --setting "$s" --scale "$SCALE" --random-weights \
+        --out "$OUT/$name" 2>&1 | tee -a "$LOG"
+    status=$?
+    # a phase that ran only at a smaller batch exits 0: the JSON's "fits" says whether the setting fits
+    fits=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("fits"))' \
+        "$OUT/$name/preflight.json" 2>/dev/null || echo "no preflight.json")
+    if [ $status -ne 0 ] || [ "$fits" != "True" ]; then
         failed=1
+        why="exit $status"; [ $status -eq 124 ] && why="killed after STEP_TIMEOUT=$STEP_TIMEOUT s"
+        say "$name FAILED ($why; fits: $fits) after $(( $(date +%s) - start )) s"
+    else
+        say "$name: fits, $(( $(date +%s) - start )) s"
     fi
-    say "$s: $(( $(date +%s) - start )) s"
 done
 
 if [ $failed -ne 0 ]; then say "a step FAILED: see $LOG"; else say "every step passed"; fi

@@ -15,6 +15,19 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "pipelines" / "examples" / "gmm1d-exact-alpha2.parquet"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def empty_hub_cache(tmp_path_factory):
+    """No test reads the machine's own Hugging Face cache (a GPU node's, after ``recast fetch``): this
+    process's cache and its children's is an empty folder, unless a test points it elsewhere."""
+    import huggingface_hub.constants
+
+    cache = tmp_path_factory.mktemp("hf-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+        mp.setenv("HF_HUB_CACHE", str(cache))
+        yield cache
+
+
 def bump_gains(peaks: list[float], widths: list[float], steps: int) -> np.ndarray:
     """Gaussian bumps over t = 1..T: one informative window per reward."""
     t = np.arange(1, steps + 1)

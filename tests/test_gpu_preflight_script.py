@@ -13,22 +13,41 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_preflight.sh"
 
 
-def run(out: Path, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, "OUT": str(out), "PY": sys.executable, "SETTINGS": "", **env}
-    return subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=full, capture_output=True, text=True, timeout=600)
+def run(out: Path, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("WHEELS", "SITE", "SCALE", "STEP_TIMEOUT", "PYTHONPATH", "SETTINGS")}
+    full = {**inherited, "OUT": str(out), "PY": sys.executable, "SETTINGS": "", **env}
+    return subprocess.run(["bash", str(SCRIPT)], cwd=cwd, env=full, capture_output=True, text=True, timeout=600)
 
 
-def test_the_check_records_the_stack_and_runs_the_offload_tests(tmp_path):
+def test_the_check_records_the_stack_runs_the_offload_tests_and_each_setting_on_its_own(tmp_path):
+    """Started outside the checkout with relative paths (they are the caller's): versions.txt, the offload
+    tests passed, and a setting path that is not there is that step's failure (recast's one line, exit
+    2), so the run exits 1 and does not say every step passed."""
     out = tmp_path / "preflight"
-    done = run(out)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run(Path("preflight"), cwd=tmp_path, SETTINGS="missing/absent.toml")
+    assert done.returncode == 1, done.stdout + done.stderr
     versions = (out / "versions.txt").read_text()
     for name in ("python", "torch", "diffusers", "transformers", "open_clip_torch"):
         assert any(line.startswith(name + " ") for line in versions.splitlines()), (name, versions)
     offload = (out / "offload.txt").read_text()
     assert " passed" in offload and "failed" not in offload
     log = (out / "log.txt").read_text()
-    assert "every step passed" in log and "tests/test_offload.py" in log
+    assert "tests/test_offload.py" in log and "offload: " in log
+    assert "absent FAILED (exit 2; fits: no preflight.json)" in log and "no setting" in log
+    assert str(tmp_path / "missing" / "absent.toml") in log
+    assert "every step passed" not in log and "a step FAILED" in log
+
+def test_a_step_past_its_timeout_is_killed_counted_as_failed_and_the_rest_still_run(tmp_path):
+    """STEP_TIMEOUT=1 kills the offload tests (they take seconds); the settings' step still runs, and
+    the run exits 1. A setting that is not there fails on its own: one line from recast, exit 2."""
+    out = tmp_path / "preflight"
+    done = run(out, STEP_TIMEOUT="1", SETTINGS="ocr")
+    assert done.returncode == 1, done.stdout + done.stderr
+    log = (out / "log.txt").read_text()
+    assert "tests/test_offload.py FAILED (killed after STEP_TIMEOUT=1 s" in log
+    assert "ocr FAILED (killed after STEP_TIMEOUT=1 s; fits: no preflight.json)" in log
+    assert "a step FAILED" in log and not (out / "ocr" / "preflight.json").exists()
 
 
 def test_a_wheel_folder_without_wheels_is_one_line_and_exit_2(tmp_path):

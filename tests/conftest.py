@@ -19,12 +19,9 @@ EXAMPLE = ROOT / "pipelines" / "examples" / "gmm1d-exact-alpha2.parquet"
 def empty_hub_cache(tmp_path_factory):
     """No test reads the machine's own Hugging Face cache (a GPU node's, after ``recast fetch``): this
     process's cache and its children's is an empty folder, unless a test points it elsewhere."""
-    import huggingface_hub.constants
+    from tests.hubcache import using_cache
 
-    cache = tmp_path_factory.mktemp("hf-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-        mp.setenv("HF_HUB_CACHE", str(cache))
+    with using_cache(tmp_path_factory.mktemp("hf-cache"), offline=False) as cache:
         yield cache
 
 

@@ -49,13 +49,15 @@ def put(cache: Path, repo: str, files: tuple[str, ...] = (), write: Callable[[Pa
 
 
 @contextmanager
-def using_cache(cache: Path) -> Iterator[Path]:
-    """``cache`` as the HF cache for this process (huggingface_hub's constant) and its children (HF_HUB_CACHE)."""
+def using_cache(cache: Path, offline: bool = True) -> Iterator[Path]:
+    """``cache`` as the HF cache for this process (huggingface_hub's constant) and its children
+    (``HF_HUB_CACHE``; with ``offline``, ``HF_HUB_OFFLINE=1`` for them too)."""
     import huggingface_hub.constants
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
         mp.setenv("HF_HUB_CACHE", str(cache))
-        mp.setenv("HF_HUB_OFFLINE", "1")
+        if offline:
+            mp.setenv("HF_HUB_OFFLINE", "1")
         yield cache
 

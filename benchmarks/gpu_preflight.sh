@@ -52,6 +52,8 @@ LOG=$OUT/log.txt
 : >"$LOG"
 
 say() { echo "gpu-preflight: $*" | tee -a "$LOG"; }
+# why a step with exit status $1 failed
+reason() { if [ "$1" -eq 124 ]; then echo "killed after STEP_TIMEOUT=$STEP_TIMEOUT s"; else echo "exit $1"; fi; }
 
 if [ -n "${WHEELS:-}" ]; then
     SITE=${SITE:-/tmp/recast-site}
@@ -77,7 +79,7 @@ fi
 {
     nvidia-smi -L 2>/dev/null || echo "nvidia-smi: none"
     "$PY" - <<'EOF'
-import importlib, importlib.metadata as md, platform, sys
+import importlib, importlib.metadata as md, importlib.util, platform, sys
 print("python", platform.python_version(), sys.executable)
 for module in ("recast_cli.cli", "recast_cli.preflight", "diffusers", "transformers", "open_clip", "peft"):
     importlib.import_module(module)
@@ -90,7 +92,7 @@ for name in ("diffusers", "transformers", "huggingface_hub", "tokenizers", "acce
         version = md.version(name)
     except md.PackageNotFoundError:
         version = "missing"
-    module = {"open_clip_torch": "open_clip", "huggingface_hub": "huggingface_hub"}.get(name, name)
+    module = "open_clip" if name == "open_clip_torch" else name
     spec = importlib.util.find_spec(module)
     print(f"{name} {version} {spec.origin if spec else ''}")
 EOF
@@ -111,8 +113,7 @@ status=$?
 if [ $status -eq 0 ]; then
     say "offload: $(tail -n 1 "$OUT/offload.txt")"
 else
-    why="exit $status"; [ $status -eq 124 ] && why="killed after STEP_TIMEOUT=$STEP_TIMEOUT s"
-    say "tests/test_offload.py FAILED ($why; see $OUT/offload.txt)"
+    say "tests/test_offload.py FAILED ($(reason $status); see $OUT/offload.txt)"
     failed=1
 fi
 
@@ -129,8 +130,7 @@ for s in ${settings[@]+"${settings[@]}"}; do
         "$OUT/$name/preflight.json" 2>/dev/null || echo "no preflight.json")
     if [ $status -ne 0 ] || [ "$fits" != "True" ]; then
         failed=1
-        why="exit $status"; [ $status -eq 124 ] && why="killed after STEP_TIMEOUT=$STEP_TIMEOUT s"
-        say "$name FAILED ($why; fits: $fits) after $(( $(date +%s) - start )) s"
+        say "$name FAILED ($(reason $status); fits: $fits) after $(( $(date +%s) - start )) s"
     else
         say "$name: fits, $(( $(date +%s) - start )) s"
     fi

@@ -20,7 +20,7 @@ full names, never through this file.
 
 from recast_cli.artifacts.io import (
     PROVENANCE_KEYS, FolderLock, Provenance, Source, atomic_output, atomic_write_bytes, check_writable,
-    clean_stale_temps, glob_escape, json_dumps, sha256_file,
+    clean_stale_temps, glob_escape, json_dumps, json_loads, sha256_file,
 )
 from recast_cli.artifacts.tables import (
     check_finite, decode_metadata, open_parquet, read_parquet, require_columns, require_keys, require_schema,
@@ -66,7 +66,7 @@ from recast_cli.artifacts.outputs import (
 
 __all__ = [
     "PROVENANCE_KEYS", "FolderLock", "Provenance", "Source", "atomic_output", "atomic_write_bytes", "check_writable",
-    "clean_stale_temps", "glob_escape", "json_dumps", "sha256_file", "check_finite", "decode_metadata",
+    "clean_stale_temps", "glob_escape", "json_dumps", "json_loads", "sha256_file", "check_finite", "decode_metadata",
     "open_parquet", "read_parquet", "require_columns", "require_keys", "require_schema", "write_parquet",
     "GAINS_SCHEMA", "GAIN_COLUMNS", "GAIN_RUN_KEYS", "MONOTONE_METHODS", "SAMPLINGS", "GainTable", "read_gains",
     "validate_gain_table", "write_gains", "MARGINAL_TOL", "MODES", "WEIGHTS_SCHEMA", "WeightMatrix",

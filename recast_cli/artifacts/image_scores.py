@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes, json_loads
 from recast_cli.errors import BadInput
 
 IMAGE_SCORES_SCHEMA = "recast.image-scores/1"
@@ -74,7 +74,10 @@ def read_image_scores(path: str | os.PathLike[str]) -> pa.Table:
         table = pq.read_table(p)
     except (pa.ArrowException, OSError):
         raise BadInput(f"{p}: not a readable Parquet file") from None
-    schema = json.loads((table.schema.metadata or {}).get(b"schema", b"null"))
+    try:
+        schema = json_loads((table.schema.metadata or {}).get(b"schema", b"null"), f"{p}: metadata 'schema'")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput(f"{p}: metadata 'schema' is not JSON") from None
     if schema != IMAGE_SCORES_SCHEMA:
         raise BadInput(f"{p}: schema tag is {schema!r}, expected {IMAGE_SCORES_SCHEMA!r}")
     return table

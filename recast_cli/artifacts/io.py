@@ -302,8 +302,12 @@ def _alive(pid: int) -> bool:
 
 # --------------------------------------------------------------------------- output locks
 
-#: The output locks this process holds, by output path: fd of ``.NAME.lock`` and the folders made for it.
-_OUTPUT_LOCKS: dict[Path, tuple[int, list[Path]]] = {}
+#: The output locks this process holds, by output path: fd of ``.NAME.lock``, whether that file is
+#: recast's own (created here, or carrying :data:`LOCK_MARK`), and the folders made for it.
+_OUTPUT_LOCKS: dict[Path, tuple[int, bool, list[Path]]] = {}
+#: The first bytes of every lock file recast creates: a file at ``.NAME.lock`` without them is the
+#: user's, used as a lock only (flock writes nothing) and never deleted.
+LOCK_MARK = b"recast output lock (removed when the write ends)\n"
 
 
 def lock_path(out: Path) -> Path:
@@ -313,7 +317,9 @@ def lock_path(out: Path) -> Path:
 def hold_output_lock(out: str | os.PathLike[str]) -> None:
     """Take the exclusive lock of the single-file output ``out`` for this process, or BadInput if
     another process holds it. Held until ``out`` is written (:func:`atomic_output`) or
-    :func:`release_output_locks`; taking it again in the same process is a no-op."""
+    :func:`release_output_locks`; taking it again in the same process is a no-op. The lock file is
+    created with O_EXCL and marked (:data:`LOCK_MARK`); a file already there is flocked but never
+    written, and removed on release only when it carries the mark (a killed recast's lock)."""
     import fcntl
 
     out = Path(out).absolute()
@@ -326,11 +332,10 @@ def hold_output_lock(out: str | os.PathLike[str]) -> None:
     except OSError as exc:
         raise BadInput(f"cannot write {out}: {exc.strerror or exc}") from None
     while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666 & ~_UMASK)
-        except OSError as exc:
-            raise BadInput(f"cannot write {out}: cannot create its lock file {lock.name} "
-                           f"({exc.strerror or exc})") from None
+        opened = _open_lock_file(out, lock)
+        if opened is None:
+            continue  # the file went between our two opens: a holder released it
+        fd, created = opened
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -338,25 +343,75 @@ def hold_output_lock(out: str | os.PathLike[str]) -> None:
             raise BadInput(f"{out} is being written by another recast process (it holds {lock.name}); wait for it "
                            "to finish or choose another --out") from None
         # The holder before us removes the lock file when it is done: make sure ours is still the file there.
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(lock))
-        except FileNotFoundError:
-            same = False
-        if same:
-            _OUTPUT_LOCKS[out] = (fd, made)
+        if _is_file_at(fd, lock):
+            _OUTPUT_LOCKS[out] = (fd, created or _marked(fd), made)
             return
         os.close(fd)
 
 
+def _open_lock_file(out: Path, lock: Path) -> tuple[int, bool] | None:
+    """(fd, created) of ``lock``: a new file made with O_EXCL and marked, else the regular file
+    already there (never followed through a symbolic link, never a pipe or device); None when
+    that file vanished between the two opens."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666 & ~_UMASK)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise BadInput(f"cannot write {out}: cannot create its lock file {lock.name} "
+                       f"({exc.strerror or exc})") from None
+    else:
+        try:
+            os.write(fd, LOCK_MARK)
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(lock)
+            _refuse_when_full(exc, out)
+            raise BadInput(f"cannot write {out}: cannot write its lock file {lock.name} ({exc.strerror or exc})") from None
+        return fd, True
+    try:
+        mode = os.lstat(lock).st_mode
+        if not stat.S_ISREG(mode):
+            raise BadInput(f"cannot write {out}: {lock.name} beside it is not a regular file (recast keeps its lock "
+                           "there); move it away")
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadInput(f"cannot write {out}: cannot open its lock file {lock.name} ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for something else between lstat and open
+        os.close(fd)
+        raise BadInput(f"cannot write {out}: {lock.name} beside it is not a regular file; move it away")
+    return fd, False
+
+
+def _marked(fd: int) -> bool:
+    """True when the open file starts with :data:`LOCK_MARK`: a lock file recast made."""
+    try:
+        return os.pread(fd, len(LOCK_MARK), 0) == LOCK_MARK
+    except OSError:
+        return False
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    """True when ``path`` (not followed if a link) is the very file open as ``fd``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
+    except FileNotFoundError:
+        return False
+
+
 def release_output_lock(out: str | os.PathLike[str]) -> None:
-    """Drop this process's lock on ``out`` (if held), remove its lock file and the folders made for
-    it that stayed empty (a command that stopped on bad input leaves no trace)."""
+    """Drop this process's lock on ``out`` (if held), remove its lock file when it is recast's own and
+    still the file there, and the folders made for it that stayed empty (a command that stopped on
+    bad input leaves no trace). A user's file at ``.NAME.lock`` is never removed."""
     out = Path(out).absolute()
     held = _OUTPUT_LOCKS.pop(out, None)
     if held is not None:
-        fd, made = held
-        with contextlib.suppress(OSError):
-            os.unlink(lock_path(out))  # unlinked while still locked: a waiter re-checks the file (above)
+        fd, owned, made = held
+        if owned and _is_file_at(fd, lock_path(out)):
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path(out))  # unlinked while still locked: a waiter re-checks the file (above)
         os.close(fd)
         for folder in made:  # innermost first; a folder that holds anything stays
             try:
@@ -381,6 +436,35 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 # --------------------------------------------------------------------------- JSON
+
+
+#: The deepest nesting of arrays and objects a metadata value may have. recast writes at most a few
+#: levels; 200 000 nested ``[`` would exhaust the JSON parser's stack (a RecursionError traceback).
+MAX_JSON_DEPTH = 64
+#: A JSON string literal (its brackets are text, not nesting).
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def json_too_deep(raw: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when the arrays and objects of the JSON text ``raw`` nest deeper than ``limit``, told
+    without parsing it: brackets inside strings are skipped (an unterminated string counts as text)."""
+    import numpy as np
+
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False  # too few brackets to nest that deep: no scan needed
+    codes = np.frombuffer(_JSON_STRING.sub(b'""', data), dtype=np.uint8)
+    step = ((codes == ord("[")) | (codes == ord("{"))).astype(np.int64) - ((codes == ord("]")) | (codes == ord("}")))
+    return int(np.cumsum(step).max(initial=0)) > limit
+
+
+def json_loads(raw: bytes | str, where: str) -> Any:
+    """``json.loads(raw)`` for metadata read from a file: BadInput (naming ``where``) when it nests
+    deeper than :data:`MAX_JSON_DEPTH`, before the parser sees it. Malformed JSON raises
+    ``json.JSONDecodeError`` as ``json.loads`` does (callers name what was malformed)."""
+    if json_too_deep(raw):
+        raise BadInput(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels (not written by recast)")
+    return json.loads(raw)
 
 
 def json_dumps(value: Any) -> str:

@@ -16,6 +16,7 @@ from recast_cli.artifacts.cells import CELL_SCHEMA, read_cell
 from recast_cli.artifacts.evaluation import EVAL_SCHEMA, read_eval
 from recast_cli.artifacts.gains import GAINS_SCHEMA, read_gains
 from recast_cli.artifacts.image_scores import IMAGE_SCORES_SCHEMA, read_image_scores
+from recast_cli.artifacts.io import json_loads
 from recast_cli.artifacts.judgements import JUDGEMENTS_SCHEMA, read_judgements
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 from recast_cli.artifacts.positives import MANIFEST_NAME, POSITIVES_SCHEMA, Positives, read_positives
@@ -72,7 +73,7 @@ def artifact_schema(path: str | os.PathLike[str]) -> tuple[str | None, Path]:
         try:
             with open(p, "rb") as fh:
                 header_len = int.from_bytes(fh.read(8), "little")
-                header = json.loads(fh.read(min(header_len, 100_000_000)))
+                header = json_loads(fh.read(min(header_len, 100_000_000)), f"{p}: header")
         except (ValueError, UnicodeDecodeError):
             raise BadInput(f"{p}: not a readable safetensors file (bad header)") from None
         meta = header.get("__metadata__") if isinstance(header, dict) else None
@@ -84,7 +85,7 @@ def artifact_schema(path: str | os.PathLike[str]) -> tuple[str | None, Path]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"{p}: not a readable Parquet file ({first})") from None
     try:
-        tag = json.loads((raw or {}).get(b"schema", b"null"))
+        tag = json_loads((raw or {}).get(b"schema", b"null"), f"{p}: metadata 'schema'")
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise BadInput(f"{p}: metadata 'schema' is not JSON") from None
     return (tag if isinstance(tag, str) else None), p

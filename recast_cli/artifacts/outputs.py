@@ -17,13 +17,12 @@ claimed with :func:`claim_output` before any work is done. The rules (README, "R
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from recast_cli.artifacts.evaluation import EVAL_SCHEMA
-from recast_cli.artifacts.io import check_writable, hold_output_lock, refuse_non_regular
+from recast_cli.artifacts.io import check_writable, hold_output_lock, json_loads, refuse_non_regular
 from recast_cli.artifacts.kinds import FOLDER_MARKERS, artifact_schema
 from recast_cli.artifacts.parts import MARKER_NAME as PARTS_MARKER
 from recast_cli.artifacts.positives import JOURNAL_NAME, POSITIVES_SCHEMA
@@ -106,7 +105,7 @@ def declared_schema(path: Path, expected: str) -> str | None:
                 return REPORT_SCHEMA if fh.readline(len(REPORT_MARK) + 2).strip() == REPORT_MARK.encode() else None
         if path.suffix == ".json":
             with open(path, "rb") as fh:
-                raw = json.loads(fh.read(1 << 20))
+                raw = json_loads(fh.read(1 << 20), str(path))
             tag = raw.get("schema") if isinstance(raw, dict) else None
             return tag if isinstance(tag, str) else None
         tag, _ = artifact_schema(path)
@@ -161,7 +160,7 @@ def artifact_folder_kind(folder: Path) -> str | None:
             return "recast evaluation images (OUT.images/)"
     if (folder / TOY_MODEL_MARK).is_file():
         try:
-            command = json.loads((folder / TOY_MODEL_MARK).read_text(encoding="utf-8")).get("command", "")
+            command = json_loads((folder / TOY_MODEL_MARK).read_text(encoding="utf-8"), str(folder)).get("command", "")
         except (OSError, ValueError, AttributeError):
             return None
         if isinstance(command, str) and command.startswith("recast toy pretrain"):

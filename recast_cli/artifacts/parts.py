@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from recast_cli.artifacts.io import FolderLock, atomic_write_bytes, temp_target
+from recast_cli.artifacts.io import FolderLock, atomic_write_bytes, json_loads, temp_target
 from recast_cli.errors import BadInput
 
 MARKER_NAME = "parts.json"
@@ -44,8 +44,8 @@ def marker_run_id(parts: Path) -> str | None:
         path = parts / name
         if path.is_file():
             try:
-                value = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                value = json_loads(path.read_text(encoding="utf-8"), str(path))
+            except (OSError, UnicodeDecodeError, ValueError):  # ValueError: not JSON, or nested too deeply
                 return None
             return value.get("run_id") if isinstance(value, dict) else None
     return None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes, json_loads
 from recast_cli.artifacts.weights import MODES
 from recast_cli.errors import BadInput
 
@@ -78,7 +78,7 @@ def read_run(folder: str | os.PathLike[str]) -> RunRecord:
     if not path.is_file():
         raise RunRecordError(f"{folder}: not a recast train run folder (no {RECORD_NAME})", path, "missing")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json_loads(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         raise RunRecordError(f"{path}: not a JSON file", path, "json") from None
     return _parse_record(raw, path)

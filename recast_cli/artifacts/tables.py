@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recast_cli.artifacts.io import atomic_write_bytes
+from recast_cli.artifacts.io import atomic_write_bytes, json_loads
 from recast_cli.errors import BadInput
 
 
@@ -48,7 +48,7 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, where: str) -> dict[str, 
         if name in ("pandas", "ARROW:schema"):
             continue
         try:
-            meta[name] = json.loads(value)
+            meta[name] = json_loads(value, f"{where}: metadata {name!r}")
         except json.JSONDecodeError:
             raise BadInput(f"{where}: metadata {name!r} is not JSON") from None
     return meta

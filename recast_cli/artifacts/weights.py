@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes, json_dumps
+from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes, json_dumps, json_loads
 from recast_cli.artifacts.tables import check_finite, require_keys, require_schema
 from recast_cli.errors import BadInput
 
@@ -178,7 +178,7 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
     try:
         tensors = st_load(data)
         header_len = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8 : 8 + header_len])
+        header = json_loads(data[8 : 8 + header_len], f"{where}: header")
     except (SafetensorError, ValueError, json.JSONDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"{where}: not a readable safetensors file ({first})") from None
@@ -193,7 +193,7 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
             meta[key] = value
             continue
         try:
-            meta[key] = json.loads(value)
+            meta[key] = json_loads(value, f"{where}: metadata {key!r}")
         except json.JSONDecodeError:
             raise BadInput(f"{where}: metadata {key!r} is not JSON") from None
     for name in ("W", "gain"):

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from safetensors.numpy import save_file
+from safetensors.numpy import save as safetensors_bytes
 
 from recast_cli.artifacts import (
     GAINS_SCHEMA,
@@ -142,7 +142,9 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
                                        cfg.sampling, positives=world.positives(j) if world.positives else None,
                                        N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
                 with atomic_output(part_of(j)) as tmp:
-                    save_file({"scores": np.ascontiguousarray(scores)}, tmp)
+                    # bytes first, then Python's write: a full disk is an OSError atomic_output names in one
+                    # line (safetensors' own writer raises its SafetensorError instead)
+                    tmp.write_bytes(safetensors_bytes({"scores": np.ascontiguousarray(scores)}))
                 elapsed = progress.tasks[0].elapsed or 1e-9
                 progress.update(task, rate=progress.tasks[0].completed / elapsed)
         procs.wait()

@@ -32,6 +32,7 @@ import torch
 from PIL import Image
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from recast_cli.artifacts import json_loads
 from recast_cli.artifacts import (
     EVAL_SCHEMA,
     EvalImage,
@@ -362,7 +363,7 @@ def _read_chunk(path: Path, chunk: Sequence[EvalImage], labels: Sequence[str]) -
     """A finished chunk's scores [scorer, image] from OUT.parts/, or BadInput naming the file: unreadable
     (truncated) JSON, other images than the chunk's, or not one number per image for every scorer."""
     try:
-        done = json.loads(path.read_bytes().decode("utf-8"))
+        done = json_loads(path.read_bytes().decode("utf-8"), str(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad_piece(path, f"not readable JSON: {exc}") from None
     scores = done.get("scores") if isinstance(done, dict) else None

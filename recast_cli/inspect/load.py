@@ -3,7 +3,6 @@ judgements tables with their metadata, and a run or checkpoint folder whole."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from recast_cli.artifacts import json_loads
 from recast_cli.artifacts import (
     RunRecord,
     decode_metadata,
@@ -104,7 +104,7 @@ def load_judgements(path: Path) -> ParquetArtifact:
 def _json_object(path: Path) -> dict[str, Any]:
     """A JSON object file as found; {} when it is missing or not one (a checkpoint that fails to verify)."""
     try:
-        value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        value = json_loads(path.read_text(), str(path))
+    except (OSError, UnicodeDecodeError, ValueError):  # ValueError: not JSON, or nested too deeply
         return {}
     return value if isinstance(value, dict) else {}

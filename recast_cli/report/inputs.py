@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from recast_cli.artifacts import json_loads
 from recast_cli.artifacts import (
     CURVE_SCHEMA,
     EVAL_SCHEMA,
@@ -207,7 +208,7 @@ def input_kind(path: Path) -> str:
 
 def _json_file(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(path.read_text())
+        value = json_loads(path.read_text(), str(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         raise BadInput(f"{path}: not a JSON file") from None
     if not isinstance(value, dict):

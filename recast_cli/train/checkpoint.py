@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from recast_cli.artifacts import json_loads
 from recast_cli.artifacts import CHECKPOINT_SCHEMA, latest_checkpoint, list_checkpoints, sha256_file, step_dir
 from recast_cli.errors import BadInput
 from recast_cli.train.sharding import full_tensor, shard_like
@@ -98,7 +99,7 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, An
     if not manifest_path.is_file():
         raise BadInput(f"{folder} is not a recast checkpoint (no manifest.json)")
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = json_loads(manifest_path.read_text(), str(manifest_path))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise BadInput(f"{manifest_path} is corrupt (not JSON)") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != CHECKPOINT_SCHEMA:

@@ -108,12 +108,19 @@ def serve_reward_command(
     opt: list[str] = typer.Option([], "--opt", help="OPTION=VALUE: any other scorer option (repeatable)."),
     device: str = typer.Option("cpu", help="Torch device for model scorers."),
     batch_size: int = typer.Option(16, "--batch-size", help="Images per scoring batch inside the server."),
-    max_batch: int = typer.Option(64, "--max-batch", help="Most images one request may hold (the body "
-                                                          "limit is derived from it)."),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Most images one request may hold "
+                                                                      "(default: --batch-size, one batch of the "
+                                                                      "scorer; the body limit is derived from it, "
+                                                                      "and clients are told it)."),
     max_pixels: int = typer.Option(1024 * 1024, "--max-pixels", help="Most pixels per image (checked from "
                                                                      "the PNG header: HTTP 413)."),
     max_connections: int = typer.Option(64, "--max-connections", help="Most connections open at once "
-                                                                      "(one thread each); more: HTTP 503."),
+                                                                      "(one thread each); idle ones without an "
+                                                                      "authenticated request make room, and when "
+                                                                      "all are busy: HTTP 503."),
+    min_upload_rate: int = typer.Option(1024, "--min-upload-rate", min=1, max=1024 * 1024,
+                                        help="KiB/s a request body must keep up after a short grace, in every "
+                                             "window of a few seconds (slower: HTTP 408, closed)."),
 ) -> None:
     """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
     from recast_cli.errors import BadInput
@@ -122,6 +129,7 @@ def serve_reward_command(
     if weights is not None and old_weights is not None:
         raise BadInput("give --reward-weights (not the deprecated --weights) once")
     weights = weights if weights is not None else _deprecated_weights(old_weights, "serve-reward")
+    max_batch = batch_size if max_batch is None else max_batch
     bounds.check_all(("batch", "--batch-size", batch_size), ("batch", "--max-batch", max_batch),
                      ("max_pixels", "--max-pixels", max_pixels),
                      ("connections", "--max-connections", max_connections))
@@ -130,7 +138,7 @@ def serve_reward_command(
     scorer = scoring.build_scorers(options)[name]
     remote.serve(scorer, host, port, token or os.environ.get(remote.TOKEN_ENV) or None,
                  announce=lambda line: out.print(line, highlight=False, soft_wrap=True), max_batch=max_batch,
-                 max_pixels=max_pixels, max_connections=max_connections)
+                 max_pixels=max_pixels, max_connections=max_connections, min_rate=min_upload_rate * 1024)
 
 
 def judge_command(

@@ -2,8 +2,10 @@
 
 Protocol ``recast.reward/1`` (JSON over HTTP; images as base64 PNG; never pickle):
 
-* ``GET /v1/info`` → ``{"protocol": "recast.reward/1", "scorer": NAME, "output_range": [lo, hi]}``
-  (an infinite bound is ``null``).
+* ``GET /v1/info`` → ``{"protocol": "recast.reward/1", "scorer": NAME, "output_range": [lo, hi],
+  "max_batch": N, "max_pixels": P}`` (an infinite bound is ``null``; a client sends at most
+  ``max_batch`` images per request, and an older server that leaves the two out is sent its own
+  batch size).
 * ``POST /v1/score`` with ``{"prompts": [str, ...], "images": [base64 PNG, ...]}`` →
   ``{"scores": [float, ...], "extras": {column: [value, ...]}}``, one entry per image.
 * Every request carries ``Authorization: Bearer TOKEN`` when the server has a token;
@@ -13,16 +15,22 @@ Protocol ``recast.reward/1`` (JSON over HTTP; images as base64 PNG; never pickle
 The server binds 127.0.0.1 unless told otherwise and scores one request at a time. Its limits
 are derived from the batch it accepts: at most ``max_batch`` images of at most ``max_pixels``
 pixels each (checked from each PNG's header before decoding: 413), a body of at most
-``body_limit(max_batch, max_pixels)`` bytes (413), at most ``readers`` bodies read at once (503
-when busy). Hostile or broken clients cannot starve the others:
+``body_limit(max_batch, max_pixels)`` bytes, the largest our client can send for such a batch
+(413), at most ``readers`` bodies read at once (503 when busy). Neither idle nor slow clients
+can hold the server (``Pace``, ``RequestReader``, ``Admission``):
 
-* every request (request line, headers and body together) must arrive before its deadline,
-  ``REQUEST_GRACE_S`` plus one second per ``REQUEST_MIN_RATE`` bytes received so far (see
-  ``RequestReader``): a client trickling bytes is answered 408 and closed after about the grace,
-  whatever it sends, and loses its reader slot, while an upload faster than the minimum rate
-  never runs out of time;
-* at most ``MAX_CONNECTIONS`` connections (one thread each) are open at once; one more is
-  answered 503 from the accepting thread and closed;
+* a request's line and headers (the token among them) must arrive within ``HEADER_DEADLINE_S``
+  and ``HEADER_LIMIT`` bytes (408 / 431, closed), before it is authenticated;
+* a body gets ``REQUEST_GRACE_S`` plus its declared length at ``REQUEST_MIN_RATE``, at most
+  ``REQUEST_MAX_S``, fixed when its reading starts: bytes received never extend it. Within that,
+  a client must send at least ``REQUEST_MIN_RATE`` bytes/s in every ``RATE_WINDOW_S`` window
+  after the grace, or it is answered 408, closed and loses its reader slot at once;
+* at most ``max_connections`` connections (one thread each) are open at once. A connection that
+  has not yet sent a request with the right token is *unauthenticated*: such connections may hold
+  at most half the connections, and those of one address at most a quarter. A new connection over
+  a cap closes the oldest unauthenticated connection (of its own address first, else of the address
+  holding most), so idle sockets cannot keep an authenticated client out; only when every
+  connection is busy with an authenticated request is one more answered 503;
 * a body nested too deeply for the JSON parser is 400, a body shorter than its
   ``Content-Length`` is 400 and closed, and a client that leaves before its reply is one
   log line: none of them prints a traceback or stops the server.
@@ -35,12 +43,15 @@ import io
 import json
 import math
 import os
+import select
 import socket
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -54,21 +65,44 @@ from recast_cli.rewards.transport import Endpoint, decode_png_base64, png_base64
 PROTOCOL = "recast.reward/1"
 TOKEN_ENV = "RECAST_REWARD_TOKEN"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-MAX_BATCH = 64
+MAX_BATCH = 16  # images per request by default: one batch of the served scorer (serve-reward --batch-size)
 SERVER_MAX_PIXELS = 1024 * 1024
+PROMPT_ROOM = 4096  # bytes of JSON-escaped prompt per image a body may carry
 SOCKET_TIMEOUT_S = 30.0  # writing a reply, and waiting for a reader slot
 READERS = 2
 MAX_CONNECTIONS = 64
-REQUEST_GRACE_S = 10.0  # a request's deadline: this many seconds ...
-REQUEST_MIN_RATE = 64 * 1024  # ... plus one second per this many bytes received so far
+LISTEN_BACKLOG = 128  # connections the kernel queues for accept: a flood does not drop a client's SYN
+UNAUTHENTICATED_SHARE = 2  # unauthenticated connections hold at most 1/2 of max_connections ...
+ADDRESS_SHARE = 4  # ... and those of one address at most 1/4
+HEADER_DEADLINE_S = 5.0  # a request's line and headers (its token) arrive within this ...
+HEADER_LIMIT = 32 * 1024  # ... in at most this many bytes
+REQUEST_GRACE_S = 5.0  # a body gets this ...
+REQUEST_MIN_RATE = 1024 * 1024  # ... plus its declared length at this many bytes/s, and keeps this rate up
+RATE_WINDOW_S = 5.0  # in every window of this many seconds after the grace
+REQUEST_MAX_S = 300.0  # and never more than this in all
 LOGGED_CHARS = 200  # a client's text (path, error) is cut to this many characters in the log
+
+
+def png_limit(max_pixels: int) -> int:
+    """The largest PNG recast's client sends for one image of at most ``max_pixels`` pixels: 8-bit
+    RGB plus one filter byte per row (4 bytes a pixel for an image one pixel wide), incompressible
+    noise stored by deflate (a 5-byte block header per 16 KiB) in IDAT chunks (12 bytes per 64 KiB):
+    at most 1/1024 more, plus the signature, header and end chunks."""
+    raw = 4 * max_pixels
+    return raw + raw // 1024 + 1024
 
 
 def body_limit(max_batch: int = MAX_BATCH, max_pixels: int = SERVER_MAX_PIXELS) -> int:
     """The largest request body a server with these limits can need: ``max_batch`` base64 PNGs of
-    ``max_pixels`` RGB pixels each (stored uncompressed in the worst case), plus the prompts."""
-    png = 3 * max_pixels + 1024 * (1 + max_pixels // (1 << 16))  # raw RGB + chunk and filter overhead
-    return max_batch * (4 * (png + 2) // 3 + 4096) + (1 << 16)
+    at most ``png_limit(max_pixels)`` bytes, each quoted in a JSON list, with a prompt of up to
+    ``PROMPT_ROOM`` bytes; about 90 MB at the defaults (16 images of 1024² pixels)."""
+    image = 4 * ((png_limit(max_pixels) + 2) // 3) + len('"", ')
+    return max_batch * (image + PROMPT_ROOM) + (1 << 16)
+
+
+def connection_caps(max_connections: int) -> tuple[int, int]:
+    """(unauthenticated connections at most, unauthenticated connections of one address at most)."""
+    return (max(1, max_connections // UNAUTHENTICATED_SHARE), max(1, max_connections // ADDRESS_SHARE))
 
 
 def _range_to_json(bounds: tuple[float, float]) -> list[float | None]:
@@ -80,55 +114,124 @@ def _range_from_json(value: Any) -> tuple[float, float]:
     return (-math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How long a request may take (seconds) and how fast its body must come (bytes/s).
+
+    The head (request line and headers) gets ``header_s`` and ``header_bytes``. A body of
+    ``length`` bytes gets ``grace + length / min_rate`` seconds, at most ``max_s``, from when its
+    reading starts; after the grace, every ``window`` seconds must bring ``min_rate * window``
+    bytes. Tests scale these down; the server's defaults are the module's constants.
+    """
+
+    header_s: float = HEADER_DEADLINE_S
+    header_bytes: int = HEADER_LIMIT
+    grace: float = REQUEST_GRACE_S
+    min_rate: float = REQUEST_MIN_RATE
+    window: float = RATE_WINDOW_S
+    max_s: float = REQUEST_MAX_S
+
+    def body_seconds(self, length: int) -> float:
+        """The time a body of ``length`` bytes gets, whatever arrives: it does not grow with bytes received."""
+        return min(self.grace + length / self.min_rate, self.max_s)
+
+
 class RequestDeadline(Exception):
-    """A request did not arrive before its deadline (``RequestReader``); the server answers 408."""
+    """A request the reader stops reading (``RequestReader``): answered ``status`` and closed."""
+
+    status = 408
+    what = "request not received in time"
+
+
+class HeadTooLarge(RequestDeadline):
+    """A request line and headers over ``Pace.header_bytes``."""
+
+    status = 431
+    what = "request line and headers too large"
 
 
 class RequestReader(io.RawIOBase):
-    """The read side of one connection, with one deadline per request.
+    """The read side of one connection, with a deadline for each request's head and body.
 
-    A request (request line, headers and body together) gets ``grace`` seconds plus one second
-    per ``min_rate`` bytes received so far: a slow-loris client trickling bytes runs out of time
-    after about ``grace`` seconds whatever it sends, while an honest upload faster than
-    ``min_rate`` bytes/s never does, however large. A per-read timeout bounds neither. The
+    ``begin`` starts a request: its head must arrive within ``pace.header_s`` and
+    ``pace.header_bytes``. ``start_body`` fixes the body's deadline from its declared length
+    (``Pace.body_seconds``) and starts the rate windows: a client that stalls or trickles is cut
+    at the end of the first window it does not fill, however much it sent before, and one that
+    keeps the rate is cut at the deadline at the latest. A per-read timeout bounds neither. The
     socket's own timeout is set to what is left before each read and restored to
-    ``write_timeout`` (for replies) after it.
+    ``write_timeout`` (for replies) after it. ``heard`` is called when a head's first bytes arrive.
     """
 
-    def __init__(self, sock: socket.socket, grace: float, min_rate: float, write_timeout: float) -> None:
+    def __init__(self, sock: socket.socket, pace: Pace, write_timeout: float,
+                 heard: Callable[[], None] | None = None) -> None:
         super().__init__()
-        self.sock, self.grace, self.min_rate, self.write_timeout = sock, grace, min_rate, write_timeout
+        self.sock, self.pace, self.write_timeout, self.heard = sock, pace, write_timeout, heard
         self.begin()
 
     def begin(self) -> None:
-        """A new request starts now (the wait for it on a kept-alive connection counts against it)."""
+        """A new request starts now (the wait for it on a kept-alive connection counts against its head)."""
         self.started = time.monotonic()
+        self.deadline = self.started + self.pace.header_s
         self.received = 0
+        self.length: int | None = None  # the body's declared length once its reading started
+        self.window_end = math.inf
 
-    def excuse(self, seconds: float) -> None:
-        """Do not count ``seconds`` against the request (the server kept it waiting, not the client)."""
-        self.started += seconds
+    def start_body(self, length: int) -> None:
+        """The body (``length`` bytes declared) is read from now on: its deadline and windows start."""
+        now = time.monotonic()
+        self.started, self.length, self.head_received = now, length, self.received
+        self.deadline = now + self.pace.body_seconds(length)
+        self.window_end = now + self.pace.grace + self.pace.window
+        self.window_received = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        left = self.started + self.grace + self.received / self.min_rate - time.monotonic()
-        if left <= 0:
-            raise self._late()
-        self.sock.settimeout(left)
-        try:
-            count = self.sock.recv_into(buffer)
-        except TimeoutError:
-            raise self._late() from None
-        finally:
-            self.sock.settimeout(self.write_timeout)
-        self.received += count
-        return count
+        while True:
+            now = time.monotonic()
+            if now >= self.deadline:
+                raise self._late()
+            if now >= self.window_end:
+                self._next_window()
+                continue
+            self.sock.settimeout(min(self.deadline, self.window_end) - now)
+            try:
+                count = self.sock.recv_into(buffer)
+            except TimeoutError:
+                continue
+            finally:
+                self.sock.settimeout(self.write_timeout)
+            if self.length is None and not self.received and count and self.heard:
+                self.heard()
+            self.received += count
+            if self.length is None and self.received > self.pace.header_bytes:
+                raise HeadTooLarge(f"more than {self.pace.header_bytes} bytes before the end of the headers")
+            if self.length is not None:
+                self.window_received += count
+            return count
+
+    def _next_window(self) -> None:
+        """At a window's end: RequestDeadline if it brought less than the minimum rate, else start the next."""
+        wanted = self.pace.min_rate * self.pace.window
+        if self.window_received < wanted:
+            raise RequestDeadline(f"upload below {self.pace.min_rate / 1024:g} KiB/s: {self.window_received} "
+                                  f"bytes in the last {self.pace.window:g} s, {self.received} in all")
+        self.window_end += self.pace.window
+        self.window_received = 0
 
     def _late(self) -> RequestDeadline:
-        return RequestDeadline(f"{self.received} bytes in {time.monotonic() - self.started:.1f} s; a request gets "
-                               f"{self.grace:g} s plus 1 s per {self.min_rate / 1024:g} KiB")
+        took = time.monotonic() - self.started
+        if self.length is None:
+            return RequestDeadline(f"{self.received} bytes in {took:.1f} s; a request's line and headers get "
+                                   f"{self.pace.header_s:g} s")
+        return RequestDeadline(f"{self.received - self.head_received} more bytes in {took:.1f} s; a body of "
+                               f"{self.length} bytes gets {self.pace.body_seconds(self.length):.1f} s")
+
+
+def _host(client: Any) -> str:
+    """The address of a client (``client_address``: a tuple for TCP)."""
+    return str(client[0]) if isinstance(client, tuple) and client else "?"
 
 
 def _log(client: Any, text: str) -> None:
@@ -136,8 +239,7 @@ def _log(client: Any, text: str) -> None:
     text = " ".join(str(text).split())
     if len(text) > LOGGED_CHARS:
         text = text[:LOGGED_CHARS] + "..."
-    host = client[0] if isinstance(client, tuple) and client else "?"
-    sys.stderr.write(f"serve-reward: {host} {text}\n")
+    sys.stderr.write(f"serve-reward: {_host(client)} {text}\n")
 
 
 def _raw_reply(sock: socket.socket, status: int, error: str) -> None:
@@ -153,46 +255,164 @@ def _raw_reply(sock: socket.socket, status: int, error: str) -> None:
         pass
 
 
+@dataclass
+class _Waiting:
+    """An unauthenticated connection: its client address, and whether its thread has read any of its head."""
+
+    client: Any
+    heard: bool = False
+
+
+class Admission:
+    """The server's open connections: unauthenticated ones (waiting for a request's head with the
+    right token: just accepted, or kept alive between requests) and authenticated ones.
+
+    At most ``limit`` are open, at most ``unauthenticated`` of them unauthenticated and at most
+    ``per_address`` of those from one address. A connection over a cap makes room by closing an
+    unauthenticated connection of its own address if that address is at its cap, else of the
+    address holding most: the oldest *idle* one (nothing read and nothing waiting to be read),
+    else the oldest. Sockets left idle thus lose their place to new clients, which send their
+    head at once, even when every client shares one address (loopback). When every connection
+    is authenticated there is no room (the caller answers 503). A closed connection's socket is
+    shut down, so its thread's read returns at once; that happens under the lock, before
+    ``leave`` lets the socket be closed.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.unauthenticated, self.per_address = connection_caps(limit)
+        self.lock = threading.Lock()
+        self.waiting: dict[socket.socket, _Waiting] = {}  # unauthenticated, oldest first
+        self.authenticated: set[socket.socket] = set()
+
+    def enter(self, sock: socket.socket, client: Any) -> bool:
+        """Count ``sock`` (from ``client``) as unauthenticated from now on, making room as needed;
+        False when every other connection is authenticated and the limit is reached."""
+        host = _host(client)
+        with self.lock:
+            self.authenticated.discard(sock)
+            self.waiting.pop(sock, None)
+            while True:
+                mine = [s for s, w in self.waiting.items() if _host(w.client) == host]
+                full = (len(self.waiting) >= self.unauthenticated
+                        or len(self.waiting) + len(self.authenticated) >= self.limit)
+                if len(mine) >= self.per_address:
+                    self._close(self._victim(mine), f"{self.per_address} from one address")
+                elif full and self.waiting:
+                    self._close(self._victim(self._of_busiest_address()), f"{self.unauthenticated} in all")
+                elif full:
+                    return False
+                else:
+                    self.waiting[sock] = _Waiting(client)
+                    return True
+
+    def heard(self, sock: socket.socket) -> None:
+        """``sock``'s thread read the first bytes of a request's head: it is not idle."""
+        with self.lock:
+            if sock in self.waiting:
+                self.waiting[sock].heard = True
+
+    def authenticate(self, sock: socket.socket) -> bool:
+        """``sock`` sent a request with the right token; False if it was closed to make room meanwhile."""
+        with self.lock:
+            if self.waiting.pop(sock, None) is None:
+                return False
+            self.authenticated.add(sock)
+            return True
+
+    def holds(self, sock: socket.socket) -> bool:
+        """Whether ``sock`` is still open (not closed to make room)."""
+        with self.lock:
+            return sock in self.waiting or sock in self.authenticated
+
+    def leave(self, sock: socket.socket) -> None:
+        """``sock``'s thread is done with it."""
+        with self.lock:
+            self.waiting.pop(sock, None)
+            self.authenticated.discard(sock)
+
+    def _of_busiest_address(self) -> list[socket.socket]:
+        """The unauthenticated connections of the address holding most of them, oldest first."""
+        counts = Counter(_host(w.client) for w in self.waiting.values())
+        busiest = max(counts, key=counts.__getitem__)
+        return [s for s, w in self.waiting.items() if _host(w.client) == busiest]
+
+    def _victim(self, candidates: list[socket.socket]) -> socket.socket:
+        """The oldest idle connection of ``candidates`` (oldest first): nothing read by its thread and
+        nothing waiting in the kernel to be read (one poll for all); else the oldest."""
+        poller = select.poll()
+        for sock in candidates:
+            poller.register(sock, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(0)}
+        return next((s for s in candidates if not self.waiting[s].heard and s.fileno() not in ready), candidates[0])
+
+    def _close(self, sock: socket.socket, cap: str) -> None:
+        """Close an unauthenticated connection to make room (under the lock): one log line."""
+        client = self.waiting.pop(sock).client
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        _log(client, f"closed: no authenticated request yet, to make room for a new connection "
+                     f"(unauthenticated connections: at most {cap})")
+
+
 class RewardServer(ThreadingHTTPServer):
     """A threading HTTP server with at most ``max_connections`` connections (one thread each) open at
-    once, so a flood of connections cannot create threads without bound: one more is answered 503
-    by the accepting thread and closed (clients retry 503)."""
+    once (``Admission``): a flood of connections cannot create threads without bound, nor idle
+    ones keep others out. When every connection is busy with an authenticated request, one more
+    is answered 503 by the accepting thread and closed (clients retry 503)."""
 
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], handler: type, max_connections: int = MAX_CONNECTIONS) -> None:
         self.max_connections = max_connections
-        self._open = threading.BoundedSemaphore(max_connections)
+        self.admission = Admission(max_connections)
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._open.acquire(blocking=False):
-            _log(client_address, f"refused: the limit of {self.max_connections} open connections is reached (503)")
-            _raw_reply(request, 503, f"busy: the limit of {self.max_connections} open connections is reached; retry")
+        if not self.admission.enter(request, client_address):
+            _log(client_address, f"refused: all {self.max_connections} connections are busy with requests (503)")
+            _raw_reply(request, 503, f"busy: all {self.max_connections} connections are busy with requests; retry")
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._open.release()
+            self.admission.leave(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """The stdlib's, with the connection leaving ``admission`` before its socket is closed."""
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            self._open.release()
+            self.admission.leave(request)
+            self.shutdown_request(request)
 
 
 def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                 max_batch: int = MAX_BATCH, max_pixels: int = SERVER_MAX_PIXELS, timeout: float = SOCKET_TIMEOUT_S,
                 readers: int = READERS, max_connections: int = MAX_CONNECTIONS, grace: float = REQUEST_GRACE_S,
-                min_rate: float = REQUEST_MIN_RATE) -> RewardServer:
+                min_rate: float = REQUEST_MIN_RATE, window: float = RATE_WINDOW_S,
+                header_s: float = HEADER_DEADLINE_S, max_request_s: float = REQUEST_MAX_S) -> RewardServer:
     """A reward server for ``scorer`` bound to (host, port); port 0 picks a free one. Not started.
 
-    ``timeout`` bounds writing a reply and waiting for a reader slot; ``grace`` and ``min_rate``
-    set each request's deadline (``RequestReader``); ``max_connections`` caps open connections.
+    ``timeout`` bounds writing a reply and waiting for a reader slot; ``header_s``, ``grace``,
+    ``min_rate``, ``window`` and ``max_request_s`` pace each request (``Pace``);
+    ``max_connections`` caps open connections (``Admission``).
     """
+    pace = Pace(header_s=header_s, grace=grace, min_rate=min_rate, window=window, max_s=max_request_s)
+    return RewardServer((host, port), _handler(scorer, token, max_batch, max_pixels, timeout, readers, pace),
+                        max_connections)
+
+
+def _handler(scorer: Scorer, token: str | None, max_batch: int, max_pixels: int, timeout: float, readers: int,
+             pace: Pace) -> type:
+    """The request handler class of one server (its scorer, token, limits and pace)."""
     from recast_cli.images import ImageTooLarge
 
     lock = threading.Lock()  # scorers hold one model each: score one request at a time
@@ -202,17 +422,22 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        server: RewardServer
 
         def setup(self) -> None:
             self.timeout = timeout  # the socket's timeout between reads: writing a reply
             super().setup()
             self.rfile.close()  # every read goes through the request's deadline instead
-            self.reader = RequestReader(self.connection, grace, min_rate, timeout)
+            self.reader = RequestReader(self.connection, pace, timeout,
+                                        heard=lambda: self.server.admission.heard(self.connection))
             self.rfile = io.BufferedReader(self.reader)
             self.served = 0
 
         def handle_one_request(self) -> None:
             self.reader.begin()
+            if self.served and not self.server.admission.enter(self.connection, self.client_address):
+                self.close_connection = True  # kept alive, and no room left while it waits: closed
+                return
             try:
                 super().handle_one_request()
                 self.served += 1
@@ -220,8 +445,8 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
                 self.close_connection = True
                 if self.served and not self.reader.received:
                     return  # a kept-alive connection left idle: closed without a word
-                _log(self.client_address, f"request not received in time ({exc}): 408, closed")
-                _raw_reply(self.connection, 408, f"request not received in time ({exc})")
+                _log(self.client_address, f"{exc.what} ({exc}): {exc.status}, closed")
+                _raw_reply(self.connection, exc.status, f"{exc.what} ({exc})")
             except ConnectionError as exc:  # reset while we read
                 self.close_connection = True
                 _log(self.client_address, f"client disconnected ({type(exc).__name__})")
@@ -256,13 +481,19 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
             _log(self.client_address, line)
 
         def _authorised(self) -> bool:
-            if expected is None:
-                return True
+            """Whether the request carries the right token (401 else); a connection closed to make
+            room while its head arrived is dropped without a word (its closing was logged)."""
+            admission = self.server.admission
             scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected):
-                return True
+            if expected is None or (scheme.lower() == "bearer"
+                                    and hmac.compare_digest(given.strip().encode(), expected)):
+                if admission.authenticate(self.connection):
+                    return True
+                self.close_connection = True
+                return False
             self.close_connection = True
-            self._send(401, {"error": "wrong or missing token"})
+            if admission.holds(self.connection):
+                self._send(401, {"error": "wrong or missing token"})
             return False
 
         def do_GET(self) -> None:
@@ -272,7 +503,8 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
                 self._send(404, {"error": f"no such endpoint {self.path}"})
                 return
             self._send(200, {"protocol": PROTOCOL, "scorer": scorer.name,
-                             "output_range": _range_to_json(scorer.output_range)})
+                             "output_range": _range_to_json(scorer.output_range),
+                             "max_batch": max_batch, "max_pixels": max_pixels})
 
         def _content_length(self) -> int | None:
             """The declared body length, or None once a 411/413 is sent."""
@@ -289,14 +521,14 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
 
         def _read_request(self, length: int) -> tuple[list, list[str]] | None:
             """The images and prompts of a body of ``length`` bytes, read in a reader slot; None once an
-            error is sent. A slot is waited for at most ``timeout`` (503), and the wait does not count
-            against the request's deadline; a late body raises RequestDeadline (408)."""
-            waited = time.monotonic()
+            error is sent. A slot is waited for at most ``timeout`` (503); the body's deadline and rate
+            windows start once it has one (``RequestReader.start_body``): a late or slow body raises
+            RequestDeadline (408), which frees the slot."""
             if not reading.acquire(timeout=timeout):
                 self.close_connection = True
                 self._send(503, {"error": "busy: too many requests being read; retry"})
                 return None
-            self.reader.excuse(time.monotonic() - waited)
+            self.reader.start_body(length)
             try:
                 body = self.rfile.read(length)
                 if len(body) < length:
@@ -340,7 +572,7 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
                 return
             self._send(200, payload)
 
-    return RewardServer((host, port), Handler, max_connections)
+    return Handler
 
 
 def _parse_score_request(body: bytes, max_batch: int = MAX_BATCH,
@@ -361,15 +593,17 @@ def _parse_score_request(body: bytes, max_batch: int = MAX_BATCH,
 
 
 def serve(scorer: Scorer, host: str, port: int, token: str | None, announce=print, max_batch: int = MAX_BATCH,
-          max_pixels: int = SERVER_MAX_PIXELS, max_connections: int = MAX_CONNECTIONS) -> None:
+          max_pixels: int = SERVER_MAX_PIXELS, max_connections: int = MAX_CONNECTIONS,
+          min_rate: float = REQUEST_MIN_RATE) -> None:
     """Serve ``scorer`` until interrupted. Without a token only a loopback host is allowed."""
     if token is None and host not in LOOPBACK:
         raise BadInput(f"serve-reward: binding {host} needs a token (--token or ${TOKEN_ENV})")
-    if max_batch < 1 or max_pixels < 1 or max_connections < 1:
-        raise BadInput("serve-reward: --max-batch, --max-pixels and --max-connections must be >= 1")
+    if max_batch < 1 or max_pixels < 1 or max_connections < 1 or not min_rate > 0:
+        raise BadInput("serve-reward: --max-batch, --max-pixels, --max-connections and --min-upload-rate "
+                       "must be >= 1")
     try:
         server = make_server(scorer, host, port, token, max_batch=max_batch, max_pixels=max_pixels,
-                             max_connections=max_connections)
+                             max_connections=max_connections, min_rate=min_rate)
     except OSError as exc:
         raise BadInput(f"serve-reward: cannot bind {host}:{port} ({exc.strerror or exc})") from None
     bound_host, bound_port = server.server_address[:2]
@@ -389,8 +623,9 @@ class RemoteScorer(Scorer):
     """A scorer served by ``recast serve-reward`` (protocol in the module docstring).
 
     ``name`` is the scorer the server must serve (checked against ``/v1/info``); ``token``
-    defaults to ``$RECAST_REWARD_TOKEN``. Requests go in batches of ``batch_size`` images,
-    each with ``timeout`` seconds and up to ``retries`` tries (backoff doubling from ``backoff``).
+    defaults to ``$RECAST_REWARD_TOKEN``. Requests go in batches of ``batch_size`` images (at
+    most the server's ``max_batch``), each with ``timeout`` seconds and up to ``retries`` tries
+    (backoff doubling from ``backoff``).
     """
 
     def __init__(self, url: str, name: str | None = None, token: str | None = None, timeout: float = 60.0,
@@ -410,6 +645,7 @@ class RemoteScorer(Scorer):
             self.output_range = _range_from_json(info.get("output_range"))
         except (TypeError, ValueError):
             raise BadInput(f"{self.name}: {url} sent a malformed output_range") from None
+        self.batch_size = min(self.batch_size, _server_batch(info, self.batch_size, self.name, url))
         self._extras: dict[str, list] = {}
 
     def _call(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
@@ -446,6 +682,15 @@ class RemoteScorer(Scorer):
 
     def extras(self) -> dict[str, list]:
         return {k: list(v) for k, v in self._extras.items()}
+
+
+def _server_batch(info: dict[str, Any], default: int, name: str, url: str) -> int:
+    """The most images the server takes per request (``max_batch`` of ``/v1/info``; ``default``
+    from a server that does not say)."""
+    value = info.get("max_batch", default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{name}: {url} sent a malformed max_batch (expected a positive integer)")
+    return value
 
 
 def _scores_from(data: Any, n: int, name: str, url: str) -> list[float]:

@@ -9,7 +9,8 @@ Hub (``HF_ENDPOINT=hub.url``):
 * ``HEAD|GET /{repo}/resolve/{rev}/{path}`` → the file, with ``X-Repo-Commit``, ``ETag`` (its
   sha256, quoted, as the Hub sends for LFS files), ``Content-Length``; ``Range: bytes=N-`` → 206;
 * a gated repo answers 401 with ``X-Error-Code: GatedRepo``; an unknown one 401 with ``RepoNotFound``
-  (what the Hub answers without a token).
+  (what the Hub answers without a token);
+* ``any_revision``: every revision resolves to the repo's commit (a hostile Hub: ``../../x`` too).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class _Server:
         self.httpd.daemon_threads = True
         self.httpd.owner = self
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # a short poll: close() (shutdown) waits up to one poll, after every test
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
     @property
@@ -43,11 +45,11 @@ class _Server:
 
 
 def _send_range(handler: BaseHTTPRequestHandler, data: bytes, extra: dict[str, str], body: bool,
-                cut_at: int | None = None, stall: bool = False) -> None:
+                cut_at: int | None = None, stall: bool = False, ignore_range: bool = False) -> None:
     """Send ``data`` (or its ``Range: bytes=N-`` tail) with ``extra`` headers; ``cut_at``: close the
-    connection after that many body bytes; ``stall``: then hang instead."""
+    connection after that many body bytes; ``stall``: then hang instead; ``ignore_range``: always whole."""
     start = 0
-    match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range") or "")
+    match = None if ignore_range else re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range") or "")
     if match:
         start = int(match[1])
         if start >= len(data):
@@ -82,6 +84,7 @@ class FakeHub(_Server):
     def __init__(self) -> None:
         self.repos: dict[str, tuple[str, dict[str, bytes]]] = {}
         self.gated: set[str] = set()
+        self.any_revision = False
         super().__init__(_HubHandler)
 
     def add_repo(self, repo: str, folder: Path, extra: dict[str, bytes] | None = None) -> str:
@@ -113,10 +116,12 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     def _handle(self, body: bool) -> None:
         hub = self.server.owner
-        path = unquote(urlsplit(self.path).path)
+        raw = urlsplit(self.path).path
+        path = unquote(raw)
         hub.requests.append((self.command, path, self.headers.get("Range")))
         api = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/(.+))?", path)
-        resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", raw)  # the revision is quoted whole
+        resolve = resolve and [None, *map(unquote, resolve.groups())]
         if api:
             if self._deny(api[1]):
                 return
@@ -135,10 +140,10 @@ class _HubHandler(BaseHTTPRequestHandler):
             if self._deny(resolve[1]):
                 return
             commit, files = hub.repos[resolve[1]]
-            if resolve[2] not in ("main", commit) or resolve[3] not in files:
+            known = hub.any_revision or resolve[2] in ("main", commit)
+            if not known or resolve[3] not in files:
                 self.send_response(404)
-                self.send_header("X-Error-Code", "EntryNotFound" if resolve[2] in ("main", commit)
-                                 else "RevisionNotFound")
+                self.send_header("X-Error-Code", "EntryNotFound" if known else "RevisionNotFound")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -159,13 +164,19 @@ class _HubHandler(BaseHTTPRequestHandler):
 
 class FileServer(_Server):
     """``files[path] = bytes``; ``cut[path] = n``: the first request for it closes after n bytes
-    (``stall``: hangs there instead); ``denied``: paths answered with 401."""
+    (``stall``: hangs there instead); ``denied``: paths answered with 401; ``ignore_range``: every answer
+    is 200 and whole; ``endless``: paths answered with a chunked body that never ends (until the client
+    hangs up, or ``ENDLESS_SAFETY`` bytes)."""
+
+    ENDLESS_SAFETY = 64 << 20
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.cut: dict[str, int] = {}
         self.stall = False
         self.denied: set[str] = set()
+        self.ignore_range = False
+        self.endless: set[str] = set()
         super().__init__(_FileHandler)
 
 
@@ -179,9 +190,27 @@ class _FileHandler(BaseHTTPRequestHandler):
         server = self.server.owner
         path = urlsplit(self.path).path
         server.requests.append(("GET", path, self.headers.get("Range")))
+        if path in server.endless:
+            self._send_endless(path)
+            return
         if path in server.denied or path not in server.files:
             self.send_response(401 if path in server.denied else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        _send_range(self, server.files[path], {}, True, cut_at=server.cut.pop(path, None), stall=server.stall)
+        _send_range(self, server.files[path], {}, True, cut_at=server.cut.pop(path, None), stall=server.stall,
+                    ignore_range=server.ignore_range)
+
+    def _send_endless(self, path: str) -> None:
+        """A chunked body of prompt lines that goes on until the client hangs up."""
+        server = self.server.owner
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = b"a sign that says 'more'\n" * 1000
+        self.close_connection = True
+        try:
+            for _ in range(server.ENDLESS_SAFETY // len(chunk)):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except OSError:  # the client hung up: what it should do
+            return

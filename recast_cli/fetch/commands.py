@@ -33,7 +33,8 @@ def fetch_command(
         table.add_row("model", escape(f"{need.ref} @ {need.commit}"), str(len(need.files)), _bytes(need.size),
                       escape(", ".join(need.needed_by)))
     for path, pin in plan.prompts:
-        table.add_row("prompts", escape(pin.url), "1", "?", escape(str(path)))
+        table.add_row("prompts", escape(pin.url), "1", _bytes(pin.size) if pin.size is not None else "?",
+                      escape(str(path)))
     for path, item in plan.derived:
         table.add_row("derived", escape(f"{item.recipe} of {', '.join(item.sources)}"), "1", "-", escape(str(path)))
     out.print(table)
@@ -45,7 +46,8 @@ def fetch_command(
     todo = [(path, pin) for path, pin in plan.prompts if claim_prompt_file(path, pin)]
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True)) as progress:
+    # transient: the bars go when done (each file's line stays), so a failure is the one line on stderr
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         for need in plan.models:
             task = progress.add_task(str(need.ref), total=need.size)
             finished = [0]

@@ -13,6 +13,9 @@ Two checks, both from the upstream repository itself:
   fetch refuses such a file unless ``--trust-unpinned`` (the git blob id still checks it). Fill
   each ``None`` from a verified download (``sha256sum`` of a file whose ``git hash-object``
   equals ``git_blob``).
+* ``size``: the file's size in bytes, the size of that blob (``git cat-file -s``), where the clone
+  held it; fetch stops a download that goes past it. ``None``: at most
+  ``recast_cli.fetch.http.MAX_UNPINNED_BYTES``.
 
 ``DERIVED`` are files the paper settings read that are made from the downloaded ones, by the
 recipes the settings' comments state.
@@ -35,23 +38,24 @@ class PromptFile:
     url: str
     git_blob: str  # the git object id at the pinned commit
     sha256: str | None  # None = not yet pinned
+    size: int | None = None  # bytes; None = not yet pinned
 
 
-def _flow_grpo(name: str, git_blob: str, sha256: str | None) -> PromptFile:
-    return PromptFile(name, f"{FLOW_GRPO_RAW}/dataset/{name}", git_blob, sha256)
+def _flow_grpo(name: str, git_blob: str, sha256: str | None, size: int | None) -> PromptFile:
+    return PromptFile(name, f"{FLOW_GRPO_RAW}/dataset/{name}", git_blob, sha256, size)
 
 
 PROMPT_FILES = {f.name: f for f in (
-    _flow_grpo("ocr/train.txt", "3ce0521b77b0a9031191d66ecc36ebaaf27a3922", None),
+    _flow_grpo("ocr/train.txt", "3ce0521b77b0a9031191d66ecc36ebaaf27a3922", None, None),
     _flow_grpo("ocr/test.txt", "8deb4f8d8f2e863f45353354243669b3c991a6a2",
-               "4dd8caf3ab6ade73bd376c7d14c6ca49b6eacfb1bd321e22c40714ae4a98d4dc"),
-    _flow_grpo("geneval/train_metadata.jsonl", "0b97e8a6802c08fc7537cd00c76ae79c851bddcb", None),
+               "4dd8caf3ab6ade73bd376c7d14c6ca49b6eacfb1bd321e22c40714ae4a98d4dc", 217_565),
+    _flow_grpo("geneval/train_metadata.jsonl", "0b97e8a6802c08fc7537cd00c76ae79c851bddcb", None, None),
     _flow_grpo("geneval/test_metadata.jsonl", "27cdaf5cc1356fe15aeadbb8df55682ca74228f0",
-               "cec4b24b9fee7bac21c8f787054ecc8dc9ff831674037713a4cd35e0f0a74a28"),
+               "cec4b24b9fee7bac21c8f787054ecc8dc9ff831674037713a4cd35e0f0a74a28", 340_835),
     _flow_grpo("pickscore/train.txt", "a437bd921c03fbc00c4e7ce148ae2d28fcd6e49b",
-               "2f425adcbb9a6d0feee7c6c448e1cb83a1f71deca9434b803907e2578eca837f"),
+               "2f425adcbb9a6d0feee7c6c448e1cb83a1f71deca9434b803907e2578eca837f", 2_906_730),
     _flow_grpo("pickscore/test.txt", "45f05231b969fb5f74c8debd606b22cd3be27f8e",
-               "d75c025fa451866e70f7e36243f7cdd93095523cb51f5f9651f2ce3236d20262"),
+               "d75c025fa451866e70f7e36243f7cdd93095523cb51f5f9651f2ce3236d20262", 239_891),
 )}
 
 

@@ -19,6 +19,7 @@ holds a file other than the pinned one is refused, not replaced.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +27,15 @@ from typing import Any
 
 from recast_cli.artifacts.io import check_writable, hold_output_lock, refuse_non_regular, release_output_lock
 from recast_cli.artifacts.outputs import enclosing_artifact_folder
-from recast_cli.errors import BadInput
-from recast_cli.fetch.http import check_pins, download
+from recast_cli.errors import BadInput, cut, shown
+from recast_cli.fetch.http import check_part, check_pins, download
 from recast_cli.fetch.select import select_files
 from recast_cli.fetch.sources import DERIVED, PROMPT_FILES, DerivedFile, PromptFile
-from recast_cli.hub import HubRef, hub_id_of
+from recast_cli.hub import HubRef, check_inside_cache, hub_id_of, repo_cache_folder
 from recast_cli.settings import Setting, load_setting
 
+#: A commit id as the Hub answers it: the snapshot folder's name in the HF cache.
+COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 #: The settings' keys that name prompt or data files: (table path, key).
 PROMPT_KEYS = (("train",), "prompts"), (("evaluate",), "prompts"), (("positives",), "prompts"), \
     (("rewards", "geneval"), "metadata")
@@ -175,6 +178,19 @@ def _hub_call(ref: HubRef, call: Callable[[], Any]) -> Any:
         return call()
     except (HfHubHTTPError, OfflineModeIsEnabled, httpx2.HTTPError, OSError) as exc:
         raise hub_error(exc, ref) from None
+    except ValueError as exc:  # huggingface_hub refuses what the Hub answered (a path outside the cache, …)
+        raise BadInput(f"{ref}: huggingface_hub refused the Hub's answer: {cut(str(exc))}") from None
+
+
+def _check_answer(ref: HubRef, commit: Any, files: dict[str, int]) -> None:
+    """BadInput unless the Hub's answer names a commit id and repo files that stay inside their snapshot
+    folder: both become paths in the HF cache."""
+    if not isinstance(commit, str) or not COMMIT_ID.fullmatch(commit):
+        raise BadInput(f"{ref}: the Hub answered the commit {shown(commit)}, not a 40-digit hex commit id; refused")
+    for name in files:
+        parts = name.split("/")
+        if name.startswith("/") or "\\" in name or any(part in ("", ".", "..") for part in parts):
+            raise BadInput(f"{ref}: the Hub lists the file {shown(name)}, a path that leaves its folder; refused")
 
 
 def size_models(plan: FetchPlan) -> None:
@@ -185,10 +201,13 @@ def size_models(plan: FetchPlan) -> None:
         raise BadInput("HF_HUB_OFFLINE=1 forbids downloads: unset it to run recast fetch")
     api = HfApi()
     for need in plan.models:
+        check_inside_cache(need.ref)
+    for need in plan.models:
         ref = need.ref
         info = _hub_call(ref, lambda: api.model_info(ref.repo, revision=ref.revision, files_metadata=True))
-        need.commit = info.sha
         sizes = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
+        _check_answer(ref, info.sha, sizes)
+        need.commit = info.sha
         index = None
         if "diffusers" in need.reads:
             if "model_index.json" not in sizes:
@@ -249,6 +268,8 @@ def fetch_model(need: ModelNeed, advance: Callable[[int], None], done: Callable[
         path = Path(_hub_call(ref, lambda: hf_hub_download(ref.repo, name, revision=ref.revision or "main",
                                                            tqdm_class=bar)))
         folder = path.parents[len(Path(name).parts) - 1]
+        if not path.resolve().is_relative_to(repo_cache_folder(ref).resolve()):
+            raise BadInput(f"{ref}: huggingface_hub put {name} at {path}, outside the repo's cache folder; refused")
         if folder.name != need.commit:
             raise BadInput(f"{ref} moved from commit {need.commit} to {folder.name} during the fetch; run recast "
                            "fetch again")
@@ -275,13 +296,15 @@ def claim_prompt_file(path: Path, pin: PromptFile) -> bool:
             raise BadInput(f"{path} exists and is not {pin.name} pinned at {pin.url} ({wrong}); remove it or point "
                            "the setting elsewhere")
         return False
+    check_part(path)  # before any download: a file recast did not make at its partial-file names is refused
     hold_output_lock(path)
     return True
 
 
 def fetch_prompt_file(path: Path, pin: PromptFile, advance: Callable[[int], None]) -> None:
+    """Download ``pin`` to ``path`` (claimed by :func:`claim_prompt_file`), bounded by its pinned size."""
     try:
-        download(pin.url, path, pin.git_blob, pin.sha256, advance)
+        download(pin.url, path, pin.git_blob, pin.sha256, advance, size=pin.size)
     finally:
         release_output_lock(path)
 

@@ -246,7 +246,10 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
     parse = {key: typed(key) for key in POLICY_TYPES}
     parse["path"] = lambda value: (path.parent / typed("path")(value)).resolve()
     spec = parse_table(PolicySpec, table, unknown, parse, absent={"kind": lambda: None}, hub=None, world=None)
-    ref = hub_id_of(table["path"], path.parent) if "path" in table else None
+    try:
+        ref = hub_id_of(table["path"], path.parent) if "path" in table else None
+    except BadInput as exc:  # shaped like a repo id, but not one the Hub allows
+        raise BadInput(f"{path}: [policy] path: {exc}") from None
     if ref is not None:  # a repo id, no local folder of that name: the cache resolves it when it is used
         spec = replace(spec, path=None, hub=ref)
     if spec.kind not in POLICY_KINDS:  # the choices after every type check

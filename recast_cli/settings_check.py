@@ -197,7 +197,7 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
         options = {n: resolve_reward_options(n, o, base) for n, o in rewards_table.items()
                    if isinstance(o, dict) and _registered(n)}
     evaluate = c.step("[evaluate]", "table", lambda: _optional(setting, "evaluate", lambda s: evaluate_config(s)[0]))
-    study = c.step("[study]", "table", lambda: _optional(setting, "study", load_study))
+    study = c.step("[study]", "table", lambda: _optional(setting, "study", _study))
     used = list(cfg.rewards) if cfg is not None else []
     used += [j for j in (evaluate.judges if evaluate else ()) if j not in used]
     for name in dict.fromkeys(used + list(options)):
@@ -258,18 +258,45 @@ def _check_policy(setting: Setting) -> str:
 
 
 def _describe_world(setting: Setting) -> str:
+    """The world's size and the exact estimate's heaviest noise level (its limits are checked as the
+    world is read: docs/settings.md "Work limits")."""
+    from recast_cli.policy.world1d import MAX_LEVEL_WORK, WORK_SIGMAS
+
     world = analytic_world(setting.policy)
     lo, hi = world.support()
     which = "the default world (METHOD.md §4)" if setting.policy.world is None else "[world]"
     cells = ", ".join(f"{name} ({int(reward.count_cells(lo, hi))} cells)" for name, reward in world.rewards)
-    return f"{which}: {len(world.means)} components; rewards {cells}"
+    work = max(float(world.exact_work(name, WORK_SIGMAS)[2].max()) for name in world.reward_names)
+    return (f"{which}: {len(world.means)} components; rewards {cells}; exact estimate ≤ {work:.3g} evaluations "
+            f"per noise level (limit {MAX_LEVEL_WORK:g})")
 
 
 def _world_reward(setting: Setting, name: str) -> str:
+    """A reward of the analytic world, and how its π⁺ is drawn: by rejection, or, where rejection would
+    accept too few π^old draws (a rare cell of high value), by the tilted cells' exact inverse CDF."""
+    from recast_cli.policy.world1d import MIN_ACCEPTANCE
+
     world = analytic_world(setting.policy)
     world.check_reward(name)
     low, high = world.reward_range(name)
-    return f"step function, values {low:g} to {high:g}"
+    acceptance = world.positive_acceptance(name)
+    method = "rejection" if acceptance >= MIN_ACCEPTANCE else "the exact inverse CDF of its tilted cells"
+    return f"step function, values {low:g} to {high:g}; π⁺ by {method} (rejection accepts {acceptance:.3g})"
+
+
+def _study(setting: Setting) -> StudySpec:
+    """The ``[study]`` table (``load_study``), its α (a Rényi order within ``estimate.config.MAX_ALPHA``)
+    and, on an analytic world, the work of the exact gain table the study computes."""
+    from recast_cli.estimate.config import check_alphas
+    from recast_cli.grid import GridSpec
+    from recast_cli.policy.world1d import check_exact_work
+
+    study = load_study(setting)
+    check_alphas((study.alpha,), "[study] alpha")
+    if setting.policy.kind in ANALYTIC_KINDS:
+        sigmas = GridSpec("linear").sigmas(study.estimate_steps)
+        check_exact_work(analytic_world(setting.policy), study.rewards, sigmas, 1)
+    return study
 
 
 def _train_config(setting: Setting):

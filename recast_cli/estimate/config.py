@@ -15,6 +15,10 @@ from recast_cli import bounds
 from recast_cli.errors import BadInput, refuse_duplicates
 from recast_cli.estimate.gains import MONOTONE, SAMPLINGS
 
+#: The largest Rényi order α (the orders in use are 0.25 to 4): the log-weights α·r/β of E4–E8 stay far
+#: inside float64 for every reward the checks admit.
+MAX_ALPHA = 1000.0
+
 
 @dataclass(frozen=True)
 class EstimateConfig:
@@ -91,9 +95,17 @@ def check_bootstrap_cells(bootstrap: int, T: int, m: int) -> None:
     bounds.check_product("bootstrap_cells", {"--bootstrap": bootstrap, "T+1": T + 1, "m": m})
 
 
+def check_alphas(alphas, where: str = "--alpha") -> None:
+    """BadInput unless ``alphas`` holds Rényi orders, each finite in (0, MAX_ALPHA] (a larger α makes
+    α·r/β overflow: the gain table would be NaN; checked before any work)."""
+    bad = [a for a in alphas if not (math.isfinite(a) and 0 < a <= MAX_ALPHA)]
+    if not alphas or bad:
+        raise BadInput(f"{where} must be positive numbers, at most {MAX_ALPHA:g} (the Rényi order α), got "
+                       f"{bad[0] if bad else 'none'}")
+
+
 def check_gain_options(opts: GainOptions) -> None:
-    if not opts.alphas or any(not (math.isfinite(a) and a > 0) for a in opts.alphas):
-        raise BadInput(f"--alpha must be positive numbers, got {list(opts.alphas)}")
+    check_alphas(opts.alphas)
     if opts.beta is not None and not (math.isfinite(opts.beta) and opts.beta > 0):
         raise BadInput(f"--beta must be positive, got {opts.beta}")
     if opts.monotone not in MONOTONE:
@@ -106,6 +118,5 @@ def parse_alphas(text: str) -> tuple[float, ...]:
         values = tuple(float(x) for x in text.split(","))
     except ValueError:
         raise BadInput(f"--alpha {text!r}: expected numbers, e.g. 2 or 0.5,2,4") from None
-    if any(not (math.isfinite(a) and a > 0) for a in values):
-        raise BadInput(f"--alpha must be positive, got {text!r}")
+    check_alphas(values)
     return values

@@ -18,8 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
+from recast_cli.errors import BadInput
+
 MONOTONE = ("isotonic", "clip")
 SAMPLINGS = ("pplus", "pold")
+#: The largest log-weight max(α, 1)·|r̃|/β the estimator takes: every log ĥ, its α-multiple and their
+#: sums and differences (E3–E8, bootstrap, projection) stay far inside float64 (largest about 1.8e308).
+MAX_LOG_WEIGHT = 1e250
 
 
 def reward_scale(scores: np.ndarray, standardise: bool) -> np.ndarray:
@@ -162,6 +167,7 @@ def per_prompt_discriminability(scores: np.ndarray, alpha: float, beta: float, s
     positives were tilted with); it is used only when standardising.
     """
     scale = reward_scale(scores, standardise) if scale is None or not standardise else np.asarray(scale, np.float64)
+    check_log_weights(scores, scale, beta, alpha)
     lh = log_h(scores, scale, beta)
     if sampling == "pplus":
         if jackknife and alpha != 2.0:
@@ -170,6 +176,19 @@ def per_prompt_discriminability(scores: np.ndarray, alpha: float, beta: float, s
     if sampling == "pold":
         return discriminability_pold(lh, alpha), scale
     raise ValueError(f"unknown sampling {sampling!r}")
+
+
+def check_log_weights(scores: np.ndarray, scale: np.ndarray, beta: float, alpha: float) -> None:
+    """BadInput naming the cause unless max(α, 1)·|r̃|/β ≤ MAX_LOG_WEIGHT for every score: rewards too
+    large for β (or α too large) would otherwise make the log-weights overflow and the table NaN.
+    Taken in Python floats, so checking an absurd value warns of nothing."""
+    finite = np.abs(scores[np.isfinite(scores)])
+    top = float(finite.max()) / float(scale.min()) if finite.size else 0.0
+    weight = max(alpha, 1.0) * top / beta
+    if not weight <= MAX_LOG_WEIGHT:
+        raise BadInput(f"reward values reach |r̃| = {top:.4g} (the score over its scale), too large for "
+                       f"β = {beta:g} and α = {alpha:g}: the log-weights α·r̃/β reach {weight:.4g} and overflow "
+                       f"float64 (at most {MAX_LOG_WEIGHT:g}); scale the rewards down or raise --beta")
 
 
 def surrogate_check(scores: np.ndarray, scale: np.ndarray, beta: float, rewards: tuple[str, ...]) -> dict:

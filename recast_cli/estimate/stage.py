@@ -42,8 +42,9 @@ from recast_cli.errors import BadInput
 from recast_cli.estimate.gains import estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
 from recast_cli.grid import GridSpec
+from recast_cli.policy.world1d import BETA, check_exact_work, check_tilt
 from recast_cli.estimate.config import (EstimateConfig, GainOptions, check_bootstrap_cells, check_config,
-                                        check_score_cells, parse_shard)
+                                        check_gain_options, check_score_cells, parse_shard)
 from recast_cli.estimate.worlds import World, build_world, exact_world
 
 
@@ -189,7 +190,7 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
     """Step 3: one gain table per α from a scores table (no rollouts)."""
     meta = table.meta
     gmm1d = bool(meta.get("gmm1d"))
-    beta = opts.beta if opts.beta is not None else (0.5 if gmm1d else 1.0)
+    beta = opts.beta if opts.beta is not None else (BETA if gmm1d else 1.0)
     standardise = opts.standardise if opts.standardise is not None else not gmm1d
     if table.scores.shape[0] == 0:
         raise BadInput(f"{source}: the scores table holds no prompt")
@@ -257,15 +258,24 @@ def _recorded_scale(table: ScoreTable) -> tuple[np.ndarray | None, str]:
 
 def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainTable]:
     """``--exact`` on an analytic world (``--policy gmm1d``, or a gmm1d/flow1d setting with its
-    ``[world]``): the exact D curves in the gain-table schema, one table per α."""
+    ``[world]``): the exact D curves in the gain-table schema, one table per α.
+
+    Before any output is claimed or any quadrature runs: the gain options (``recast study`` calls this
+    directly), every reward's values against β (exp(r/β) must not overflow) and the whole table's work
+    (``world1d.check_exact_work``: rewards × noise levels × α, each level's quadrature grid × cells)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from recast_cli.policy.gmm1d import exact_gain_table
 
+    check_gain_options(opts)
     world, where, sources = exact_world(cfg.policy)
+    beta = opts.beta if opts.beta is not None else BETA
     for reward in cfg.rewards:
         world.check_reward(reward)
+        check_tilt(f"reward {reward!r} of {world.label}:", world.reward(reward), beta,
+                   "scale the reward down or raise --beta")
+    check_exact_work(world, cfg.rewards, GridSpec("linear").sigmas(cfg.steps), len(opts.alphas))
     paths = output_paths(out, opts.alphas)
     for path in paths:
         claim_output(path, GAINS_SCHEMA)
@@ -274,8 +284,7 @@ def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainT
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("exact", total=len(opts.alphas) * len(cfg.rewards) * (cfg.steps + 1))
         for alpha, path in zip(opts.alphas, paths):
-            table = exact_gain_table(tuple(cfg.rewards), alpha=alpha, steps=cfg.steps,
-                                     beta=opts.beta if opts.beta is not None else 0.5,
+            table = exact_gain_table(tuple(cfg.rewards), alpha=alpha, steps=cfg.steps, beta=beta,
                                      advance=lambda: progress.advance(task), world=world)
             write_gains(path, table, config={"world": "gmm1d", "exact": True, "alpha": alpha, **where},
                         sources=sources)

@@ -91,6 +91,7 @@ def _gmm1d_world(cfg: EstimateConfig, world, setting=None) -> World:
     """The exact analytic world (``--policy gmm1d``, or a gmm1d setting with its ``[world]``): exact π⁺
     draws per reward, P replicates of one "prompt"."""
     from recast_cli.policy.gmm1d import GMM1DPolicy, GMM1DReward
+    from recast_cli.policy.world1d import BETA
 
     for r in cfg.rewards:
         world.check_reward(r)
@@ -103,7 +104,7 @@ def _gmm1d_world(cfg: EstimateConfig, world, setting=None) -> World:
     def positives(p: int) -> list[torch.Tensor]:
         # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
         return [torch.from_numpy(world.sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
-                                                       beta=0.5)).view(-1, 1)
+                                                       beta=BETA)).view(-1, 1)
                 for i, r in enumerate(cfg.rewards)]
 
     info: dict[str, Any] = {"name": "gmm1d", "steps": cfg.steps}
@@ -210,12 +211,13 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
     """The trainable analytic world: the setting's flow1d policy (a checkpoint's residual loaded).
 
     π⁺ = π^old·exp(r/β) with the raw reward and β = 0.5, as in gmm1d. At the base policy
-    (residual zero, π^old exact) the positives are exact π⁺ draws (rejection sampling). At a
+    (residual zero, π^old exact) the positives are exact π⁺ draws (``World1D.sample_positive``). At a
     trained checkpoint π^old is the trained sampler's law, which has no closed form: each
     reward's N positives are resampled (SIR, E2) from ``SIR_DRAWS_PER_POSITIVE``·N of the
     policy's own SDE draws, with probability ∝ exp(r/β) — exact as the draws grow.
     """
     from recast_cli.policy.gmm1d import GMM1DReward
+    from recast_cli.policy.world1d import BETA
     from recast_cli.settings import analytic_world, build_policy
 
     world = analytic_world(setting.policy)
@@ -238,10 +240,10 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
         info.update(checkpoint=str(checkpoint), adapter=str(weights), adapter_sha256=source.sha256)
     P = cfg.P or 4
     prompts = [f"flow1d-{p}" for p in range(P)]
-    beta = 0.5
+    beta = BETA
 
     def positives(p: int) -> list[torch.Tensor]:
-        if checkpoint is None:  # the exact π^old: exact π⁺ by rejection, one set per reward
+        if checkpoint is None:  # the exact π^old: exact π⁺ draws, one set per reward
             return [torch.from_numpy(world.sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
                                                            beta=beta)).view(-1, 1)
                     for i, r in enumerate(cfg.rewards)]

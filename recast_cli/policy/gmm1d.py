@@ -8,7 +8,8 @@ density ratio h_{i,t} (E3) and D_α (E4) are exact up to a 1-D quadrature.
 :class:`GMM1DPolicy` is the same world behind the policy protocol: its velocity is the exact
 rectified-flow velocity and its rollouts draw the exact posterior x_0 | x_t, so the estimator
 (E6–E8) can be run on it and compared with the exact curves. Exact π^old and π⁺ samples
-(E2, by rejection) and the three rewards as functions of x_0 complete the world.
+(E2: by rejection, or by the tilted cells' inverse CDF where rejection accepts too few draws) and the
+three rewards as functions of x_0 complete the world.
 
 The world itself — mixture and rewards — is data: :mod:`recast_cli.policy.world1d`'s
 :class:`~recast_cli.policy.world1d.World1D`. The functions here are those of its
@@ -33,12 +34,11 @@ from recast_cli.artifacts import GainTable, write_gains
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.base import FlowPolicy, step_noise
-from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
+from recast_cli.policy.world1d import BETA, DEFAULT_WORLD, QUAD_STEP, World1D
 from recast_cli.rewards.base import Scorer
 
 MEANS = np.array(DEFAULT_WORLD.means)
 STD = 0.25
-BETA = 0.5
 REWARDS = ("coarse", "mid", "fine")
 #: Every reward of the world: the three of METHOD.md §4 and ``fine_wide`` (odd 0.3-cells), a
 #: second clean-end reward whose exact gain peaks at the same step as ``fine``'s (t = 2 of 25)
@@ -90,12 +90,12 @@ def sample_old(n: int, seed: int) -> np.ndarray:
 
 
 def sample_positive(reward: str, n: int, seed: int, beta: float = BETA) -> np.ndarray:
-    """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2): rejection from π^old (exact for any β > 0)."""
+    """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2) of the default world (:meth:`World1D.sample_positive`)."""
     return DEFAULT_WORLD.sample_positive(reward, n, seed, beta)
 
 
 def exact_discriminability(reward: str, sigma: float, alpha: float, beta: float = BETA,
-                           quad_step: float = 5e-4) -> float:
+                           quad_step: float = QUAD_STEP) -> float:
     """D_α(π⁺_σ ‖ π^old_σ) (E4) of the default world (:meth:`World1D.exact_discriminability`)."""
     return DEFAULT_WORLD.exact_discriminability(reward, sigma, alpha, beta, quad_step)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp, ndtr
+from scipy.special import logsumexp, ndtr, ndtri
 
 from recast_cli.errors import BadInput
 
@@ -36,6 +36,39 @@ WEIGHT_TOLERANCE = 1e-9
 MASS_FLOOR = 1e-12
 #: The support of a Gaussian, in standard deviations either side of its mean (cells are enumerated over it).
 REACH = 12
+
+# The work limits (docs/settings.md "[world]", "Work limits"): every world is bounded by the work it
+# implies, checked when it is defined, before any array is built.
+
+#: The largest |number| a world may place on the line (a mean, an edge, an interval end, a phase) and the
+#: largest std or cell width: (x − μ)², μ ± REACH·s and (e − μ)/s then stay far inside float64.
+MAX_COORDINATE = 1e6
+#: The smallest std: (e − μ)/s stays finite for every edge e and mean μ within ±MAX_COORDINATE.
+MIN_STD = 1e-6
+#: β of the analytic worlds: π⁺ ∝ π^old·exp(r/β) with the raw reward (METHOD.md §4).
+BETA = 0.5
+#: The largest |r|/β of any reward value r: exp(r/β), and the ratio of two such (up to e^{2·MAX_TILT}),
+#: stay inside float64, whose largest number is about e^709.
+MAX_TILT = 350.0
+#: The exact estimate's quadrature step over x_σ (E4).
+QUAD_STEP = 5e-4
+#: Quadrature points × components the exact estimate holds at once: its float64 arrays [points, J] are
+#: computed in chunks of this many elements, so its memory is bounded whatever the world.
+QUAD_CHUNK = 1 << 20
+#: The cost of the posterior at one quadrature point and component, in units of one cell's Gaussian mass
+#: there (measured: a two-cell reward costs as much per point as about ten cells' masses).
+POSTERIOR_COST = 8
+#: The most work the exact D of one reward may take at one noise level: quadrature points × components ×
+#: (cells enumerated + POSTERIOR_COST), about two seconds on one CPU core.
+MAX_LEVEL_WORK = 1e8
+#: The most work one exact gain table may take: the sum over its rewards, noise levels and α (minutes).
+MAX_EXACT_WORK = 2e10
+#: π⁺ is drawn by rejection from π^old while it accepts at least this share of draws; below, by the exact
+#: inverse CDF of the tilted cells (a rare, high-value cell would otherwise take ~1/acceptance draws each).
+MIN_ACCEPTANCE = 1e-3
+#: The exact π⁺ sampler enumerates cells out to where a Gaussian's tail, tilted by the reward's whole
+#: spread, weighs less than e^{-TAIL_LOG} (about 1e-20) of π⁺.
+TAIL_LOG = 46.0
 
 
 def _mass(lo: float, hi: float, mean: np.ndarray, std: np.ndarray, safe: np.ndarray) -> np.ndarray:
@@ -113,21 +146,38 @@ class StepReward:
         span = (hi - lo) / self.cell
         return span + 4 if math.isfinite(span) else math.inf
 
-    def probability(self, mean: np.ndarray, std: np.ndarray, level: float) -> np.ndarray:
-        """P(r(x) = level) under N(mean, std²), elementwise; std = 0 gives the indicator at ``mean``.
+    def level_cells(self, lo: float, hi: float) -> dict[float, list[tuple[float, float]]]:
+        """value → its cells (start, end) among :meth:`cells` over [lo, hi], left to right: one pass
+        over the cells serves every level (a reward may have 10⁴ cells and as many values)."""
+        grouped: dict[float, list[tuple[float, float]]] = {}
+        for a, b, value in self.cells(lo, hi):
+            grouped.setdefault(value, []).append((a, b))
+        return grouped
 
-        A sum of ndtr differences over the cells that hold ``level``; periodic cells are
-        enumerated over [min mean − 12·max std, max mean + 12·max std].
+    def probabilities(self, mean: np.ndarray, std: np.ndarray, levels) -> Iterator[np.ndarray]:
+        """P(r(x) = u) under N(mean, std²) for each u of ``levels`` in turn, elementwise; std = 0
+        gives the indicator at ``mean``.
+
+        A sum of ndtr differences over the cells that hold u, left to right; periodic cells are
+        enumerated once, over [min mean − 12·max std, max mean + 12·max std]. One level's array is
+        made at a time (a generator), so the memory is that of one level whatever their number.
         """
         mean, std = np.broadcast_arrays(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
-        total = np.zeros(mean.shape)
         if mean.size == 0:
-            return total
+            for _ in levels:
+                yield np.zeros(mean.shape)
+            return
         safe = np.where(std > 0, std, 1.0)
-        for lo, hi, value in self.cells(mean.min() - REACH * std.max(), mean.max() + REACH * std.max()):
-            if value == level:
+        grouped = self.level_cells(mean.min() - REACH * std.max(), mean.max() + REACH * std.max())
+        for level in levels:
+            total = np.zeros(mean.shape)
+            for lo, hi in grouped.get(level, ()):
                 total = total + _mass(lo, hi, mean, std, safe)
-        return total
+            yield total
+
+    def probability(self, mean: np.ndarray, std: np.ndarray, level: float) -> np.ndarray:
+        """P(r(x) = level) under N(mean, std²), elementwise (:meth:`probabilities` of one level)."""
+        return next(self.probabilities(mean, std, (level,)))
 
     def describe(self) -> dict[str, Any]:
         """The definition as JSON (explicit cells, or the periodic cells)."""
@@ -320,37 +370,56 @@ class World1D:
         reward = self.reward(name)
         return reward.probability(mean, std, reward.levels[-1] if level is None else level)
 
+    def cell_table(self, reward: StepReward, reach: float = REACH) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                              np.ndarray]:
+        """The cells of ``reward`` over :meth:`support` (``reach``) as arrays: starts [C], ends [C],
+        values [C] and each component's mass of each cell [C, J], accurate in both tails (the smaller
+        of the two ndtr differences)."""
+        cells = list(reward.cells(*self.support(reach)))
+        a, b, values = (np.array(column, dtype=np.float64) for column in zip(*cells))
+        za, zb = (a[:, None] - self.mu) / self.s, (b[:, None] - self.mu) / self.s
+        mass = np.minimum(ndtr(zb) - ndtr(za), ndtr(-za) - ndtr(-zb))
+        return a, b, values, mass
+
     def cell_masses(self, reward: StepReward) -> list[tuple[float, float]]:
-        """(π^old mass, value) of each cell of ``reward`` over the support, each mass accurate in
-        both tails (the smaller of the two ndtr differences)."""
-        lo, hi = self.support()
-        out = []
-        for a, b, value in reward.cells(lo, hi):
-            za, zb = (a - self.mu) / self.s, (b - self.mu) / self.s
-            left, right = ndtr(zb) - ndtr(za), ndtr(-za) - ndtr(-zb)
-            out.append((float(self.w @ np.minimum(left, right)), value))
-        return out
+        """(π^old mass, value) of each cell of ``reward`` over the support."""
+        _, _, values, mass = self.cell_table(reward)
+        return list(zip((mass @ self.w).tolist(), values.tolist()))
+
+    def positive_acceptance(self, name: str, beta: float = BETA) -> float:
+        """The share of π^old draws the rejection sampler of π⁺ accepts: E_{π^old}[exp((r − r_max)/β)],
+        from the cells' exact masses (before any draw)."""
+        reward = self.reward(name)
+        _, _, values, mass = self.cell_table(reward)
+        return float((mass @ self.w) @ np.exp((values - reward.levels[-1]) / beta))
 
     # ------------------------------------------------------------------ π⁺ and the exact curves
 
     def positive_cdf(self, name: str, x0: np.ndarray, beta: float) -> np.ndarray:
-        """CDF of π⁺ ∝ π^old·exp(r/β) (E2) by quadrature on a fine grid (the tilt is piecewise constant)."""
+        """CDF of π⁺ ∝ π^old·exp(r/β) (E2) by quadrature on a fine grid (the tilt is piecewise constant;
+        taken relative to the reward's top value, so it never overflows)."""
         lo, hi = self.support(10)
         grid = np.linspace(lo, hi, 200_001)
         bumps = self.w / self.s * np.exp(-0.5 * ((grid[:, None] - self.mu) / self.s) ** 2)
-        dens = bumps.sum(-1) * np.exp(self.reward_value(name, grid) / beta)
+        dens = bumps.sum(-1) * np.exp((self.reward_value(name, grid) - self.reward_range(name)[1]) / beta)
         cdf = np.concatenate([[0.0], np.cumsum(0.5 * (dens[1:] + dens[:-1]) * np.diff(grid))])
         return np.interp(np.asarray(x0, dtype=np.float64), grid, cdf / cdf[-1])
 
     def sample_positive(self, name: str, n: int, seed: int, beta: float) -> np.ndarray:
-        """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2): rejection from π^old.
+        """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2), deterministic from ``seed``.
 
-        A draw x is accepted with probability exp((r(x) − r_max)/β) ≤ 1, exact for any β > 0.
+        Rejection from π^old: a draw x is accepted with probability exp((r(x) − r_max)/β) ≤ 1, exact
+        for any β > 0. Where that accepts fewer than ``MIN_ACCEPTANCE`` of the draws (a rare cell of
+        high value: the loop would take ~n/acceptance draws), the exact inverse CDF of the tilted
+        cells instead (:meth:`_sample_positive_cells`), as exact and as fast for any world.
         """
         top = self.reward_range(name)[1]
-        if beta <= 0:
+        if not beta > 0:
             raise BadInput(f"beta must be > 0, got {beta}")
+        check_tilt(f"[world.rewards.{name}]", self.reward(name), beta)
         rng = np.random.default_rng(seed)
+        if self.positive_acceptance(name, beta) < MIN_ACCEPTANCE:
+            return self._sample_positive_cells(self.reward(name), n, rng, beta)
         kept: list[np.ndarray] = []
         total = 0
         while total < n:
@@ -361,42 +430,106 @@ class World1D:
             total += int(accept.sum())
         return np.concatenate(kept)[:n]
 
+    def _sample_positive_cells(self, reward: StepReward, n: int, rng: np.random.Generator,
+                               beta: float) -> np.ndarray:
+        """n exact π⁺ draws by inverse CDF: π⁺ = Σ_{cell c, component j} w_j·m_{cj}·e^{v_c/β}/Z ·
+        N(μ_j, s_j²) restricted to c, so pick (c, j) by that weight, then a truncated normal in c.
+
+        The cells are enumerated out to where even the reward's whole tilt leaves less than
+        e^{-TAIL_LOG} of π⁺; each draw takes its uniform on the side of its cell's smaller tail (the
+        survival function right of the mean), so a cell 10 stds out is sampled to full precision.
+        """
+        reach = max(REACH, math.sqrt(2 * ((reward.levels[-1] - reward.levels[0]) / beta + TAIL_LOG)))
+        a, b, values, mass = self.cell_table(reward, reach)
+        with np.errstate(divide="ignore"):  # a cell without mass (log 0 = −inf) is never picked
+            log_weight = np.log(np.maximum(mass, 0.0) * self.w) + ((values - reward.levels[-1]) / beta)[:, None]
+        weight = np.exp(log_weight - log_weight.max()).ravel()
+        c, j = np.divmod(rng.choice(weight.size, size=n, p=weight / weight.sum()), len(self.means))
+        za, zb = (a[c] - self.mu[j]) / self.s[j], (b[c] - self.mu[j]) / self.s[j]
+        u = (rng.integers(0, 2**52, size=n) + 0.5) / 2**52  # strictly inside (0, 1)
+        z = np.where(za > 0, -ndtri(ndtr(-zb) + u * (ndtr(-za) - ndtr(-zb))),
+                     ndtri(ndtr(za) + u * (ndtr(zb) - ndtr(za))))
+        # beyond ±reach stds lies less than e^{-TAIL_LOG} of π⁺; rounding never leaves the cell
+        x = self.mu[j] + self.s[j] * np.clip(z, -reach, reach)
+        return np.clip(x, a[c], np.nextafter(b[c], -np.inf))
+
+    def quadrature_span(self, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[lo, hi] of the exact estimate's quadrature over x_σ at each σ of ``sigmas``: every
+        component's (1 − σ)μ_j ± REACH·√((1 − σ)²s_j² + σ²)."""
+        sigma = np.asarray(sigmas, dtype=np.float64)[:, None]
+        sd = np.sqrt((1 - sigma) ** 2 * self.s**2 + sigma**2)
+        return ((1 - sigma) * self.mu - REACH * sd).min(axis=1), ((1 - sigma) * self.mu + REACH * sd).max(axis=1)
+
+    def exact_work(self, name: str, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the exact D of reward ``name`` costs at each σ of ``sigmas``, known before any array is
+        built: (quadrature points [S], cells enumerated [S], work [S] = points × components × (cells +
+        POSTERIOR_COST)); σ = 0 needs no quadrature (work 0).
+
+        The cells are those P(r = u | x_σ) sums over: the explicit cells, or the periodic cells over
+        the posterior means' range ± REACH posterior stds (each posterior mean is linear and
+        increasing in x, so its range is that of the grid's ends, the last within QUAD_STEP past hi).
+        """
+        reward = self.reward(name)
+        sigma = np.asarray(sigmas, dtype=np.float64)
+        lo, hi = self.quadrature_span(sigma)
+        points = np.floor((hi - lo) / QUAD_STEP) + 2
+        keep, s2 = 1 - sigma[:, None], self.s**2
+        var_t = keep**2 * s2 + sigma[:, None] ** 2
+        gain = keep * s2 / var_t
+        reach = REACH * (self.s * sigma[:, None] / np.sqrt(var_t)).max(axis=1)
+        first = (self.mu + gain * (lo[:, None] - keep * self.mu)).min(axis=1) - reach
+        last = (self.mu + gain * (hi[:, None] + QUAD_STEP - keep * self.mu)).max(axis=1) + reach
+        cells = np.array([reward.count_cells(a, b) for a, b in zip(first.tolist(), last.tolist())])
+        work = np.where(sigma > 0, points * len(self.means) * (cells + POSTERIOR_COST), 0.0)
+        return points, cells, work
+
     def exact_discriminability(self, name: str, sigma: float, alpha: float, beta: float,
-                               quad_step: float = 5e-4) -> float:
+                               quad_step: float = QUAD_STEP) -> float:
         """D_α(π⁺_σ ‖ π^old_σ) (E4) for one reward at noise level σ, by quadrature over x_σ.
 
         With levels u_0 < u_1 < … of the reward, h(x) ∝ E[exp(r/β) | x_σ = x] = e^{u_0/β}·(1 +
         Σ_{k≥1} (e^{(u_k − u_0)/β} − 1)·P(r = u_k | x_σ = x)) (E3; the factor cancels in h/Z),
-        Z = E[exp(r/β)], D_α = 1/(α−1)·log E_{π^old_σ}[(h/Z)^α], and for α = 1 the KL
-        E[(h/Z)·log(h/Z)]. Any α > 0 and β > 0.
+        Z = E[exp(r/β)], D_α = 1/(α−1)·log E_{π^old_σ}[(h/Z)^α] (summed in the log domain, so a
+        large α cannot overflow), and for α = 1 the KL E[(h/Z)·log(h/Z)]. Any α > 0 and β > 0 with
+        |r|/β ≤ MAX_TILT (``check_tilt``). The quadrature runs in chunks of QUAD_CHUNK points ×
+        components: its memory is bounded; its time is what ``exact_work`` says.
         """
         if not alpha > 0 or not beta > 0:
             raise BadInput(f"{self.label} needs alpha > 0 and beta > 0, got alpha={alpha}, beta={beta}")
-        levels = self.reward_levels(name)
+        reward = self.reward(name)
+        levels = reward.levels
         lifts = [np.expm1((u - levels[0]) / beta) for u in levels[1:]]
-        p_data = [float(self.w @ self.reward_probability(name, self.mu, self.s, u)) for u in levels[1:]]
+        p_data = [float(self.w @ p) for p in reward.probabilities(self.mu, self.s, levels[1:])]
         z = 1.0 + sum(lift * p for lift, p in zip(lifts, p_data))
         if sigma == 0.0:
             ratio = np.array([np.exp((u - levels[0]) / beta) for u in levels[1:]] + [1.0]) / z
-            prob = np.array(p_data + [1.0 - sum(p_data)])
+            parts = [_renyi_part(ratio, np.array(p_data + [1.0 - sum(p_data)]), alpha)]
         else:
-            var_t = (1 - sigma) ** 2 * self.s**2 + sigma**2
-            lo = float(((1 - sigma) * self.mu - REACH * np.sqrt(var_t)).min())
-            hi = float(((1 - sigma) * self.mu + REACH * np.sqrt(var_t)).max())
+            lo, hi = (float(end[0]) for end in self.quadrature_span(np.array([sigma])))
             x = np.arange(lo, hi + quad_step, quad_step)
-            log_marginal, post_w, post_mean, post_std = self.posterior(x, sigma)
-            h = 1.0 + sum(lift * (post_w * self.reward_probability(name, post_mean, post_std, u)).sum(axis=1)
-                          for lift, u in zip(lifts, levels[1:]))
-            ratio = h / z
-            prob = np.exp(log_marginal) * quad_step
+            chunk = max(1, QUAD_CHUNK // len(self.means))
+            parts = []
+            for start in range(0, len(x), chunk):
+                log_marginal, post_w, post_mean, post_std = self.posterior(x[start:start + chunk], sigma)
+                h = 1.0 + sum(lift * (post_w * p).sum(axis=1)
+                              for lift, p in zip(lifts, reward.probabilities(post_mean, post_std, levels[1:])))
+                parts.append(_renyi_part(h / z, np.exp(log_marginal) * quad_step, alpha))
         if alpha == 1.0:
-            return float(np.sum(prob * ratio * np.log(ratio)))
-        return float(np.log(np.sum(prob * ratio**alpha)) / (alpha - 1.0))
+            return float(sum(parts))
+        return float(logsumexp(parts) / (alpha - 1.0))
 
     def describe(self) -> dict[str, Any]:
         """The definition as JSON: the mixture and each reward's cells."""
         return {"weights": list(self.weights), "means": list(self.means), "stds": list(self.stds),
                 "rewards": {name: reward.describe() for name, reward in self.rewards}}
+
+
+def _renyi_part(ratio: np.ndarray, prob: np.ndarray, alpha: float) -> float:
+    """One chunk's share of D_α's expectation over π^old_σ: Σ prob·ratio·log ratio (α = 1, summed),
+    else log Σ prob·ratio^α (combined by log-sum-exp: ratio^α itself may exceed float64)."""
+    if alpha == 1.0:
+        return float(np.sum(prob * ratio * np.log(ratio)))
+    return float(logsumexp(alpha * np.log(ratio), b=prob))
 
 
 # ---------------------------------------------------------------------- checks
@@ -420,6 +553,10 @@ def check_world(world: World1D) -> None:
             raise BadInput(f"[world] {key} must be finite numbers, got {bad[0]!r}")
     if min(world.stds) <= 0:
         raise BadInput(f"[world] stds must be > 0, got {min(world.stds)!r}")
+    _check_coordinates("[world] means", world.means)
+    bad = [v for v in world.stds if not MIN_STD <= v <= MAX_COORDINATE]
+    if bad:
+        raise BadInput(f"[world] stds must be from {MIN_STD:g} to {MAX_COORDINATE:g}, got {bad[0]!r}")
     if min(world.weights) <= 0:
         raise BadInput(f"[world] weights must be > 0, got {min(world.weights)!r}")
     if abs(math.fsum(world.weights) - 1) > WEIGHT_TOLERANCE:
@@ -439,6 +576,53 @@ def check_world(world: World1D) -> None:
             only = next(iter(seen), reward.values[0])
             raise BadInput(f"[world.rewards.{name}] is constant on the support: every cell π^old gives mass >= "
                            f"{MASS_FLOOR:g} holds {only!r} (a constant reward tilts nothing)")
+        check_level_work(world, name)
+
+
+#: The noise levels the per-level work of a world is checked at, 0.01 apart over (0, 1]: the work varies
+#: smoothly in σ, and each exact table checks its own grid σ_t = t/T in full (``check_exact_work``).
+WORK_SIGMAS = np.linspace(0.0, 1.0, 101)[1:]
+
+
+def check_level_work(world: World1D, name: str) -> None:
+    """BadInput unless the exact D of reward ``name`` takes at most MAX_LEVEL_WORK at every noise level
+    (:meth:`World1D.exact_work`): a world whose quadrature grid or cell enumeration is too large is
+    refused when it is defined, naming the number that is too large."""
+    points, cells, work = world.exact_work(name, WORK_SIGMAS)
+    i = int(np.argmax(work))
+    if work[i] > MAX_LEVEL_WORK:
+        lo, hi = (float(end[0]) for end in world.quadrature_span(WORK_SIGMAS[i:i + 1]))
+        raise BadInput(f"[world.rewards.{name}]: its exact estimate needs {points[i]:.3g} quadrature points "
+                       f"(x_σ in [{lo:.4g}, {hi:.4g}] by {QUAD_STEP:g}) × {len(world.means)} components × "
+                       f"({cells[i]:.3g} cells + {POSTERIOR_COST}) = {work[i]:.3g} evaluations at σ = "
+                       f"{WORK_SIGMAS[i]:.2f}; at most {MAX_LEVEL_WORK:g} per noise level are allowed (bring "
+                       "the means closer, or use fewer components or cells)")
+
+
+def check_exact_work(world: World1D, rewards, sigmas: np.ndarray, alphas: int) -> None:
+    """BadInput unless one exact gain table — ``rewards`` on the grid ``sigmas``, for ``alphas``
+    orders α — takes at most MAX_EXACT_WORK in all (checked before any quadrature)."""
+    total = alphas * sum(float(world.exact_work(name, sigmas)[2].sum()) for name in rewards)
+    if total > MAX_EXACT_WORK:
+        raise BadInput(f"the exact estimate of {world.label} needs {total:.3g} evaluations for {len(rewards)} "
+                       f"reward(s) × {len(sigmas)} noise levels × {alphas} α; at most {MAX_EXACT_WORK:g} are "
+                       "allowed: use fewer --steps, rewards or α")
+
+
+def check_tilt(where: str, reward: StepReward, beta: float, fix: str = "scale the reward down") -> None:
+    """BadInput unless every value r of ``reward`` has |r|/β ≤ MAX_TILT: exp(r/β) and every ratio of two
+    such stay inside float64 (naming the real cause, before any exp overflows; ``fix``: what to do)."""
+    top = max(abs(v) for v in reward.values)
+    if not top / beta <= MAX_TILT:
+        raise BadInput(f"{where} values reach {top:g}, too large for β = {beta:g}: exp(r/β) = e^{top / beta:.4g} "
+                       f"overflows float64; keep |r|/β <= {MAX_TILT:g} (|r| <= {MAX_TILT * beta:g}): {fix}")
+
+
+def _check_coordinates(where: str, values) -> None:
+    """BadInput unless every number of ``values`` lies within ±MAX_COORDINATE."""
+    bad = [v for v in values if abs(v) > MAX_COORDINATE]
+    if bad:
+        raise BadInput(f"{where} must lie within ±{MAX_COORDINATE:g}, got {bad[0]!r}")
 
 
 def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
@@ -450,6 +634,7 @@ def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
         bad = [e for e in reward.edges if not _finite(e)]
         if bad:
             raise BadInput(f"{where} edges must be finite numbers, got {bad[0]!r}")
+        _check_coordinates(f"{where} edges", reward.edges)
         if any(b <= a for a, b in zip(reward.edges, reward.edges[1:])):
             raise BadInput(f"{where} edges must be strictly increasing (sorted, no repeats), got "
                            f"{_short(reward.edges)}")
@@ -459,9 +644,11 @@ def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
                            f"phase = {reward.phase!r}")
         if not reward.values:
             raise BadInput(f"{where} needs a pattern: the values of consecutive cells, repeated")
+        _check_coordinates(f"{where} cell and phase", (reward.cell, reward.phase))
     bad = [v for v in reward.values if not _finite(v)]
     if bad:
         raise BadInput(f"{where} values must be finite numbers, got {bad[0]!r}")
+    check_tilt(where, reward, BETA)
     cells = reward.count_cells(lo, hi)
     if cells > MAX_CELLS:
         shown = "more than 10^300" if not math.isfinite(cells) else f"{int(cells)}"

@@ -81,6 +81,8 @@ def test_the_nesting_check_counts_brackets_outside_strings_only():
     assert not json_too_deep(b'["' + b"[" * 10_000 + b'"]')  # text, not nesting
     assert not json_too_deep(b'["\\"' + b"{" * 10_000 + b'"]')  # an escaped quote does not end the string
     assert json_too_deep(DEEP)
+    # an unterminated string of escaped quotes is one pass, not one match attempt per quote (quadratic: minutes)
+    assert json_too_deep(b"{" * (MAX_JSON_DEPTH + 1) + b'"' + b'\\"' * 200_000)
 
 
 def deep_parquet(path: Path, key: bytes) -> Path:

@@ -342,6 +342,9 @@ def hold_output_lock(out: str | os.PathLike[str]) -> None:
             os.close(fd)
             raise BadInput(f"{out} is being written by another recast process (it holds {lock.name}); wait for it "
                            "to finish or choose another --out") from None
+        except OSError as exc:  # a file system without locks, or a read-only descriptor where flock needs more
+            os.close(fd)
+            raise BadInput(f"cannot write {out}: cannot lock {lock.name} ({exc.strerror or exc})") from None
         # The holder before us removes the lock file when it is done: make sure ours is still the file there.
         if _is_file_at(fd, lock):
             _OUTPUT_LOCKS[out] = (fd, created or _marked(fd), made)
@@ -365,7 +368,7 @@ def _open_lock_file(out: Path, lock: Path) -> tuple[int, bool] | None:
             os.write(fd, LOCK_MARK)
         except OSError as exc:
             os.close(fd)
-            os.unlink(lock)
+            lock.unlink(missing_ok=True)
             _refuse_when_full(exc, out)
             raise BadInput(f"cannot write {out}: cannot write its lock file {lock.name} ({exc.strerror or exc})") from None
         return fd, True
@@ -374,7 +377,7 @@ def _open_lock_file(out: Path, lock: Path) -> tuple[int, bool] | None:
         if not stat.S_ISREG(mode):
             raise BadInput(f"cannot write {out}: {lock.name} beside it is not a regular file (recast keeps its lock "
                            "there); move it away")
-        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = _open_existing(lock)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -383,6 +386,21 @@ def _open_lock_file(out: Path, lock: Path) -> tuple[int, bool] | None:
         os.close(fd)
         raise BadInput(f"cannot write {out}: {lock.name} beside it is not a regular file; move it away")
     return fd, False
+
+
+def _open_existing(lock: Path) -> int:
+    """The file at ``lock`` opened without creating, truncating or following it: for writing where we may
+    (NFS emulates flock with fcntl locks, which need a writable descriptor; nothing is ever written),
+    else read-only."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        return os.open(lock, os.O_RDWR | flags)
+    except PermissionError:
+        return os.open(lock, os.O_RDONLY | flags)
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
+        return os.open(lock, os.O_RDONLY | flags)
 
 
 def _marked(fd: int) -> bool:
@@ -441,8 +459,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 #: The deepest nesting of arrays and objects a metadata value may have. recast writes at most a few
 #: levels; 200 000 nested ``[`` would exhaust the JSON parser's stack (a RecursionError traceback).
 MAX_JSON_DEPTH = 64
-#: A JSON string literal (its brackets are text, not nesting).
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+#: A JSON string literal (its brackets are text, not nesting); the closing quote is optional so that an
+#: unterminated string is consumed in one pass (else each of its quotes restarts the match: quadratic).
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)
 
 
 def json_too_deep(raw: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from recast_cli.artifacts.io import NO_SPACE
+from recast_cli.artifacts.io import NO_SPACE, json_loads
 from recast_cli.errors import BadInput
 
 CHUNK = 1 << 16
@@ -121,8 +121,8 @@ def _read_claim(claim: Path) -> dict | None:
             raise _foreign(claim, os.fstat(fd).st_mode)
         text = fh.read(CLAIM_MAX_BYTES + 1)
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = json_loads(text, str(claim))
+    except ValueError:  # not JSON, or nested too deeply (BadInput is a ValueError): not recast's claim
         data = None
     if not isinstance(data, dict) or data.get("recast") != CLAIM_KIND:
         raise _foreign(claim, st.st_mode)
@@ -184,7 +184,7 @@ class PartFile:
                 return
             self.remove()
         elif claim is not None:
-            os.unlink(self.claim)  # recast's own claim whose part is gone (killed between the two removals)
+            self.claim.unlink(missing_ok=True)  # recast's own claim whose part is gone (killed between the two removals)
 
     def _create(self, first: bytes) -> None:
         """A new part holding ``first``, then its claim, each created only where nothing is (``O_EXCL``)."""
@@ -259,13 +259,13 @@ class PartFile:
         self.close()
         found = _lstat(self.path)
         if found is not None and os.path.samestat(found, st):
-            os.unlink(self.path)
+            self.path.unlink(missing_ok=True)
         try:
             claim = _read_claim(self.claim)
         except BadInput:
             return
         if claim is not None and claim.get("dev") == st.st_dev and claim.get("ino") == st.st_ino:
-            os.unlink(self.claim)
+            self.claim.unlink(missing_ok=True)
 
     def rename_onto(self, target: Path) -> None:
         """Put the checked part in place of ``target`` (absent: recast replaces no file it did not write)."""
@@ -275,7 +275,7 @@ class PartFile:
         if not os.path.samestat(os.lstat(self.path), os.fstat(self.fd)):
             raise _foreign(self.path, os.lstat(self.path).st_mode)
         os.replace(self.path, target)
-        os.unlink(self.claim)
+        self.claim.unlink(missing_ok=True)
         self.close()
 
     def close(self) -> None:

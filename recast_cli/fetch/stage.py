@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recast_cli.artifacts.io import check_writable, hold_output_lock, refuse_non_regular, release_output_lock
+from recast_cli.artifacts.io import check_writable, hold_output_lock, json_loads, refuse_non_regular, release_output_lock
 from recast_cli.artifacts.outputs import enclosing_artifact_folder
 from recast_cli.errors import BadInput, cut, shown
 from recast_cli.fetch.http import check_part, check_pins, download
@@ -213,7 +213,12 @@ def size_models(plan: FetchPlan) -> None:
             if "model_index.json" not in sizes:
                 raise BadInput(f"{ref} is not a diffusers pipeline repo (no model_index.json); [policy] path needs one")
             index_path = _hub_call(ref, lambda: hf_hub_download(ref.repo, "model_index.json", revision=info.sha))
-            index = json.loads(Path(index_path).read_text(encoding="utf-8"))
+            try:
+                index = json_loads(Path(index_path).read_text(encoding="utf-8"), f"{ref}: model_index.json")
+            except (ValueError, UnicodeDecodeError):  # not JSON, or nested too deeply
+                raise BadInput(f"{ref}: its model_index.json is not a JSON pipeline index") from None
+            if not isinstance(index, dict):
+                raise BadInput(f"{ref}: its model_index.json is not a JSON object")
         for reads in sorted(need.reads):
             chosen = select_files(reads, sizes, index)
             if not chosen:
@@ -296,8 +301,12 @@ def claim_prompt_file(path: Path, pin: PromptFile) -> bool:
             raise BadInput(f"{path} exists and is not {pin.name} pinned at {pin.url} ({wrong}); remove it or point "
                            "the setting elsewhere")
         return False
-    check_part(path)  # before any download: a file recast did not make at its partial-file names is refused
-    hold_output_lock(path)
+    hold_output_lock(path)  # first: a second fetch of the same file is told so, not that its part is foreign
+    try:
+        check_part(path)  # before any download: a file recast did not make at its partial-file names is refused
+    except BadInput:
+        release_output_lock(path)
+        raise
     return True
 
 

@@ -73,7 +73,8 @@ BOUNDS: dict[str, Bound] = {
                            "tries per request"),
     "max_pixels": Bound(1, 2**28, "serve-reward --max-pixels (pixels per image)"),
     "connections": Bound(1, 4096, "serve-reward --max-connections (one thread each)"),
-    "study_seeds": Bound(1, 65_536, "study --seeds, [study] seeds = \"LO:HI\" (seeds per cell, trained as one batch)"),
+    "study_seeds": Bound(1, 65_536, "study --seeds, [study] seeds (a list or \"LO:HI\"; seeds per cell, trained as one "
+                                    "batch)"),
 }
 
 
@@ -90,6 +91,10 @@ PRODUCTS: dict[str, Product] = {
     "bootstrap_cells": Product(2**26, "estimate, merge: bootstrap resamples × (T+1) × m, float64, two arrays "
                                       "(1 GiB)"),
     "images_per_step": Product(2**16, "train: images per step, group_size × prompts_per_step"),
+    "study_cell": Product(2**27, "study: one cell's seeds × rollouts per step (group_size × prompts_per_step) × T, "
+                                 "each of its trajectory arrays, float64 (1 GiB)"),
+    "study_cell_bytes": Product(2**34, "study: one cell's working set, estimated from the arrays the batched engine "
+                                       "allocates (16 GiB)"),
 }
 
 
@@ -108,6 +113,26 @@ def check_all(*items: tuple[str, str, Any]) -> None:
     """:func:`check` for each ``(kind, option, value)``, in order: a command's flags, before its work."""
     for kind, option, value in items:
         check(kind, value, option)
+
+
+def check_bytes(kind: str, estimate: int, counts: Mapping[str, int]) -> None:
+    """BadInput unless ``estimate``, the bytes that ``counts`` (name → count) need, is within ``PRODUCTS[kind]``."""
+    limit = PRODUCTS[kind].limit
+    if estimate > limit:
+        terms = ", ".join(f"{name} {value}" for name, value in counts.items())
+        raise BadInput(f"{terms}: {PRODUCTS[kind].what.split(' (')[0]}, is {estimate / 2**30:.1f} GiB, more than "
+                       f"{limit / 2**30:g} GiB; lower one of them")
+
+
+def seed_range(lo: int, hi: int, option: str) -> range:
+    """The seeds of the half-open range ``lo:hi``, checked as numbers before the range is built: the
+    count against ``study_seeds``, then its first and last seed against ``seed`` (BadInput naming
+    ``option``). An empty range (``hi <= lo``) is returned as it is, for the caller's own line."""
+    if hi > lo:
+        check("study_seeds", hi - lo, f"{option} (how many)")
+        check("seed", lo, option)
+        check("seed", hi - 1, option)
+    return range(lo, hi)
 
 
 def check_product(kind: str, factors: Mapping[str, int]) -> None:

@@ -13,21 +13,28 @@ resumes without redoing finished artifacts (each stage is itself resumable or at
 Runs write ``.done`` stamps only after ``recast train`` exits 0 (it trains to max_steps and
 saves its last checkpoint), so a killed run is resumed with ``--resume``, not skipped.
 
+A changed setting leaves no stale file behind: every target also depends on the stamps
+``$(R)/.setting/PART.sha256`` of the parts of the setting its recipe reads (:func:`setting_stamps`),
+rewritten by make only when their digest changes, and a run folder started under other stamps
+is refused, not resumed (:data:`TRAINED_UNDER`).
+
 The sweep is the setting's ``[study]`` table (``load_study`` → ``StudySpec``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
-from recast_cli.settings import Setting, load_setting, parse_table
+from recast_cli.settings import ANALYTIC_KINDS, Setting, analytic_world, load_setting, parse_table
 from recast_cli.train.config import config_from_setting, skip_clean_of
 
 #: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
@@ -39,6 +46,8 @@ PATH_SOURCES = ("folder", "diffusers")
 
 
 KERNELS = ("exp", "power")
+#: a number of a "LO:HI" seeds string: ASCII digits, no more than ``int`` reads (4300)
+DIGITS = r"[0-9]{1,4300}"
 
 
 @dataclass(frozen=True)
@@ -151,14 +160,14 @@ def load_study(setting: Setting) -> StudySpec:
 
     def seeds(value: Any) -> tuple[int, ...]:
         if isinstance(value, str):  # "LO:HI", a half-open range: the hundreds of seeds of a batched study
-            lo, sep, hi = value.partition(":")
-            if not sep or not lo.strip().isdigit() or not hi.strip().isdigit() or int(lo) >= int(hi):
+            lo, sep, hi = (part.strip() for part in value.partition(":"))
+            if not sep or not re.fullmatch(DIGITS, lo) or not re.fullmatch(DIGITS, hi) or int(lo) >= int(hi):
                 raise BadInput(f"{where} seeds = {shown(value)}: a string must be \"LO:HI\" with LO < HI")
-            bounds.check("study_seeds", int(hi) - int(lo), f"{where} seeds (how many)")
-            value = list(range(int(lo), int(hi)))
+            value = list(bounds.seed_range(int(lo), int(hi), f"{where} seeds"))
         seeds = _int_list(value, f"{where} seeds")
         if not seeds or len(set(seeds)) != len(seeds):
             raise BadInput(f"{where} seeds must be distinct integers, got {shown(value)}")
+        bounds.check("study_seeds", len(seeds), f"{where} seeds (how many)")
         for i, seed in enumerate(seeds):
             bounds.check("seed", seed, f"{where} seeds[{i}]")
         return tuple(seeds)
@@ -267,6 +276,47 @@ def _positives_source(value: Any, setting_file: Path, where: str) -> str:
                    "diffusers:PATH (the sources of recast sample-positive)")
 
 
+# --------------------------------------------------------------------------- what determines an artifact
+
+
+def digest(value: Any) -> str:
+    """The sha256 of ``value`` as canonical JSON (sorted keys, no spaces; tuples as lists; a dataclass as
+    its compared fields; a path, or a TOML date, as its text): equal exactly when the content is."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_canonical)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value) if f.compare}  # a world's label is no part
+    return str(value)
+
+
+def world_of(setting: Setting) -> Any:
+    """The analytic world a gmm1d or flow1d setting's runs live in, resolved (its ``[world]``, or
+    METHOD.md §4's: a ``[world]`` equal to the default is the same world); None for an image policy."""
+    return analytic_world(setting.policy) if setting.policy.kind in ANALYTIC_KINDS else None
+
+
+def table_content(setting: Setting, name: str) -> dict[str, Any]:
+    """The setting's table ``name`` as written, and the content of the prompts file it names (a file's
+    content is what a recipe reads, not its name)."""
+    table = setting.raw.get(name)
+    prompts = table.get("prompts") if isinstance(table, dict) else None
+    return {"table": table, "prompts": file_digest(setting.file.parent / prompts) if isinstance(prompts, str) else None}
+
+
+def file_digest(path: str | Path) -> str | None:
+    """The sha256 of the file at ``path``; None when there is none (a named prompt set such as ``toy``)."""
+    path = Path(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+#: the ``[study]`` keys the gain tables are estimated with (the exact table: the first three)
+ESTIMATE_KEYS = ("rewards", "estimate_steps", "alpha", "n", "k", "p", "sampling", "positives")
+EXACT_KEYS = ESTIMATE_KEYS[:3]
+
+
 # --------------------------------------------------------------------------- the Make graph
 
 
@@ -283,6 +333,62 @@ def make_path(value: str | Path, what: str) -> str:
         raise BadInput(f"{what} {text!r}: the character {bad!r} is not allowed in a study's paths (make or the "
                        "shell would read it); use letters, digits and ._/+=,@~-")
     return shlex.quote(text)
+
+
+#: The stamps of a study's Make graph: ``$(R)/.setting/PART.sha256`` holds the digest of one part of
+#: the setting, rewritten only when it changes, and every target lists the parts its recipe reads
+#: beyond its command line as prerequisites: a setting change makes exactly those targets stale.
+STAMPS = ".setting"
+POLICY_PARTS = ("world", "policy", "rewards")  # what every recipe that samples or scores reads
+RUN_PARTS = (*POLICY_PARTS, "train")
+
+
+def setting_stamps(setting: Setting, study: StudySpec, steps: int, skip: int) -> dict[str, str]:
+    """Part → the digest of what the recipes that depend on it read from the setting (the values their
+    command lines take from ``[study]`` included: make does not compare recipes)."""
+    raw = setting.raw
+    return {"world": digest(world_of(setting)), "policy": digest(raw.get("policy")),
+            "rewards": digest(raw.get("rewards")), "train": digest(table_content(setting, "train")),
+            "evaluate": digest(table_content(setting, "evaluate")),
+            "exact": digest([getattr(study, k) for k in EXACT_KEYS]),
+            "estimate": digest({"study": [getattr(study, k) for k in ESTIMATE_KEYS],
+                                "positives": table_content(setting, "positives")}),
+            "solve": digest({"tau": study.tau, "gains": study.gains, "steps": steps, "skip": skip}),
+            "warmup": digest(study.warmup_steps)}
+
+
+def rule(target: str, *prerequisites: str) -> str:
+    """A rule's first line: ``target:`` and the prerequisites given (empty ones left out)."""
+    return " ".join([f"{target}:", *(p for p in prerequisites if p)])
+
+
+def stamp_files(R: str, *parts: str) -> str:
+    """The stamp files of ``parts``, as prerequisites."""
+    return " ".join(f"{R}/{STAMPS}/{part}.sha256" for part in parts)
+
+
+def stamp_rules(R: str, stamps: dict[str, str]) -> list[str]:
+    """One rule per stamp, remade on every make (FORCE) but rewriting its file only when the digest
+    differs, so the file's time moves exactly when that part of the setting changed. ``+``: it runs
+    under ``make -n`` and ``-q`` too, which then say what a real make would redo."""
+    lines = []
+    for part, value in stamps.items():
+        lines += [f"{stamp_files(R, part)}: FORCE",
+                  f'\t+@mkdir -p $(@D) && {{ [ "$$(cat $@ 2>/dev/null)" = {value} ] || '
+                  f"{{ echo {value} > $@.tmp && mv $@.tmp $@; }}; }}", ""]
+    return lines
+
+
+#: The first recipe line of every training run (``recast train --resume`` continues any run of the same W
+#: and ``[train]``): a run folder is resumed only under the stamps it was started under (its
+#: prerequisites ending .sha256, recorded in ``RUN.setting`` beside it); another one, started before a
+#: setting change or by an older recast, is refused (one line, exit 2), never resumed.
+TRAINED_UNDER = (
+    "TRAINED_UNDER = @if [ -e $(@D) ] && "
+    "[ \"$$(cat $(filter %.sha256,$^))\" != \"$$(cat $(@D).setting 2>/dev/null)\" ]; "
+    "then echo \"$(@D) was trained under another [policy], [world], [train], [rewards.*] or [study] warmup_steps, or "
+    "by an older recast; remove it and $(@D).setting to train it again\" >&2; exit 2; fi; "
+    "mkdir -p $(dir $(@D)) && cat $(filter %.sha256,$^) > $(@D).setting")
 
 
 def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str:
@@ -309,15 +415,20 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
         f"RECAST ?= {recast}",
         f"R := {R}",
         "",
-        ".PHONY: all",
+        ".PHONY: all FORCE",
         "all: $(R)/report/report.md",
+        "FORCE:",
+        TRAINED_UNDER,
         "",
+        *stamp_rules("$(R)", setting_stamps(setting, study, steps, skip)),
     ]
+    reads = stamp_files("$(R)", *POLICY_PARTS)  # what a recipe that samples or scores reads of the setting
     # warmup: static W with the setting's λ, from the base model
     warm = "$(R)/warmup"
     if study.warmup_steps > 0:
         lines += [
-            f"{warm}/.done:",
+            rule(f"{warm}/.done", stamp_files("$(R)", *RUN_PARTS, "warmup")),
+            "\t$(TRAINED_UNDER)",
             f"\t$(RECAST) train --setting {S} --weights static --seed 0 --out {warm} "
             f"--max-steps {study.warmup_steps} --resume --quiet",
             "\ttouch $@",
@@ -337,7 +448,7 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
         else:
             positives_dep = "$(R)/positives/manifest.parquet"
             lines += [
-                f"{positives_dep}:",
+                rule(positives_dep, reads, stamp_files("$(R)", "estimate")),
                 f"\t$(RECAST) sample-positive --setting {S} --source {q(source)} --n {study.n} --out $(R)/positives",
                 "",
             ]
@@ -345,7 +456,7 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
     p_flag = f" --p {study.p}" if study.p else ""
 
     def estimate(target: str, at: str, deps: str) -> list[str]:
-        return [f"{target}: {deps}".rstrip(),
+        return [rule(target, *deps.split(), reads, stamp_files("$(R)", "estimate")),
                 f"\t$(RECAST) estimate --policy {at} --rewards {rewards}{estimate_src} --sampling {study.sampling} "
                 f"--steps {study.estimate_steps} --n {study.n} --k {study.k}{p_flag} --alpha {study.alpha:g} --out $@",
                 ""]
@@ -356,8 +467,9 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
     lines += estimate("$(R)/gains/base.parquet", S, positives_dep) if d_tables else []
     # W per budget and mode, runs per budget × mode × seed, evaluations
     evals, runs = ["$(R)/evals/base.parquet"], []
+    evaluated = f"{reads} {stamp_files('$(R)', 'evaluate')}"
     lines += [
-        "$(R)/evals/base.parquet:",
+        f"$(R)/evals/base.parquet: {evaluated}",
         f"\t$(RECAST) evaluate --setting {S} --out $@ --quiet",
         "",
     ]
@@ -366,7 +478,7 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
         for mode in study.modes:
             W = f"$(R)/W/{label}-{mode}.safetensors"
             lines += [
-                f"{W}: {gains}",
+                f"{W}: {gains} {stamp_files('$(R)', 'solve')}",
                 f"\t$(RECAST) solve-w --gains {gains} --lambda {lam} --mode {mode} --tau {study.tau:g} "
                 f"--steps {steps} --skip-clean {skip} --out $@",
                 "",
@@ -380,12 +492,13 @@ def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str
                 runs.append(run)
                 evals.append(ev)
                 lines += [
-                    f"{run}/.done: {W} {warm_dep}".rstrip(),
+                    rule(f"{run}/.done", W, warm_dep, stamp_files("$(R)", *RUN_PARTS)),
+                    "\t$(TRAINED_UNDER)",
                     f"\t$(RECAST) train --setting {S} --weights {W}{init} --seed {seed} --lambda {lam} "
                     f"--out {run} --resume --quiet",
                     "\ttouch $@",
                     "",
-                    f"{ev}: {run}/.done",
+                    f"{ev}: {run}/.done {evaluated}",
                     f"\t$(RECAST) evaluate --run {run} --out $@ --quiet",
                     "",
                 ]
@@ -425,53 +538,58 @@ def analytic_study_makefile(setting, study, root: Path, recast: str = "recast", 
     lines = []
     if header:
         lines += [f"# generated by `recast study-makefile --setting {setting.name}`; regenerated by `make all`",
-                  f"RECAST ?= {recast}", f"R := {root}", "", ".PHONY: all",
-                  "all: $(R)/report/report.md" + (" $(R)/control/report/report.md" if study.control else ""), ""]
+                  f"RECAST ?= {recast}", f"R := {root}", "", ".PHONY: all FORCE",
+                  "all: $(R)/report/report.md" + (" $(R)/control/report/report.md" if study.control else ""),
+                  "FORCE:", TRAINED_UNDER, ""]
+    lines += stamp_rules(R, setting_stamps(setting, study, steps, skip))
+    reads, evaluated = stamp_files(R, *POLICY_PARTS), stamp_files(R, *POLICY_PARTS, "evaluate")
     exact, sampled = f"{R}/gains/exact.parquet", f"{R}/gains.parquet"
     exact_policy = "gmm1d" if setting.policy.world is None else S  # a [world] of its own: the setting's exact curves
     p_flag = f" --p {study.p}" if study.p else ""
     lines += [
-        f"{exact}:",
+        f"{exact}: {stamp_files(R, 'world', 'exact')}",
         f"	$(RECAST) estimate --policy {exact_policy} --rewards {rewards} --exact --steps {study.estimate_steps} "
         f"--alpha {study.alpha:g} --out $@",
         "",
-        f"{sampled}:",
+        f"{sampled}: {reads} {stamp_files(R, 'estimate')}",
         f"	$(RECAST) estimate --policy {S} --rewards {rewards} --sampling {study.sampling} "
         f"--steps {study.estimate_steps} --n {study.n} --k {study.k}{p_flag} --alpha {study.alpha:g} --out $@",
         "",
-        f"{R}/evals/base.parquet:",
+        f"{R}/evals/base.parquet: {evaluated}",
         f"	$(RECAST) evaluate --setting {S} --sampler sde,ode --out $@ --quiet",
         "",
     ]
     w_gains = exact if study.gains == "exact" else sampled
+    solved = stamp_files(R, "solve")
     solve = f"--tau {study.tau:g} --steps {steps} --skip-clean {skip} --out $@"
     inputs, runs = [f"{R}/evals/base.parquet"], []
     for budget in study.budgets:
         label, lam = study.label(budget), study.lambda_arg(budget)
         if study.gains == "exact" and "recast" in study.modes:  # what the sampled estimator would have given
             shown = f"{R}/W/{label}-recast-sampled.safetensors"
-            lines += [f"{shown}: {sampled}", f"	$(RECAST) solve-w --gains {sampled} --lambda {lam} --mode recast "
-                      f"{solve}", ""]
+            lines += [f"{shown}: {sampled} {solved}",
+                      f"	$(RECAST) solve-w --gains {sampled} --lambda {lam} --mode recast {solve}", ""]
             inputs.append(shown)
         for mode in study.modes:
             W = f"{R}/W/{label}-{mode}.safetensors"
-            lines += [f"{W}: {w_gains}", f"	$(RECAST) solve-w --gains {w_gains} --lambda {lam} --mode {mode} {solve}",
-                      ""]
+            lines += [f"{W}: {w_gains} {solved}",
+                      f"	$(RECAST) solve-w --gains {w_gains} --lambda {lam} --mode {mode} {solve}", ""]
             for seed in study.seeds:
                 run = f"{R}/runs/{label}/{mode}-s{seed}"
                 curve, final = f"{R}/evals/{label}/{mode}-s{seed}.parquet", f"{R}/evals/{label}/{mode}-s{seed}-ode.parquet"
                 runs.append(run)
                 inputs += [curve, final]
                 lines += [
-                    f"{run}/.done: {W}",
+                    f"{run}/.done: {W} {stamp_files(R, *RUN_PARTS)}",
+                    "	$(TRAINED_UNDER)",
                     f"	$(RECAST) train --setting {S} --weights {W} --seed {seed} --lambda {lam} --out {run} "
                     "--resume --quiet",
                     "	touch $@",
                     "",
-                    f"{curve}: {run}/.done",
+                    f"{curve}: {run}/.done {evaluated}",
                     f"	$(RECAST) evaluate --run {run} --checkpoints all --sampler sde --out $@ --quiet",
                     "",
-                    f"{final}: {run}/.done",
+                    f"{final}: {run}/.done {evaluated}",
                     f"	$(RECAST) evaluate --run {run} --sampler ode --out $@ --quiet",
                     "",
                 ]

@@ -210,6 +210,11 @@ SETTINGS = {
     "[evaluate] batch_size": ({"evaluate": "batch_size = 1000000"},
                               "[evaluate]: batch_size must be an integer from 1 to 65536"),
     "[study] seeds": ({"study": f"seeds = [0, {HUGE}]"}, f"[study] seeds[1] {SEED_RANGE}, got {HUGE}"),
+    "[study] seeds range": ({"study": f'seeds = "0:{HUGE}"'},
+                            f"[study] seeds (how many) must be an integer from 1 to 65536, got {HUGE}"),
+    "[study] seeds range end": ({"study": 'seeds = "4294967290:4294967300"'},
+                                f"[study] seeds {SEED_RANGE}, got 4294967299"),
+    "[study] seeds digits": ({"study": 'seeds = "0:²"'}, "a string must be \"LO:HI\" with LO < HI"),
     "[study] n": ({"study": "n = 100000"}, "[study] n must be an integer from 1 to 10000"),
     "[study] k": ({"study": "k = 0"}, "[study] k must be an integer from 1 to 10000, got 0"),
     "[study] p": ({"study": "p = 1000000"}, "[study] p must be an integer from 1 to 100000"),
@@ -242,6 +247,32 @@ def test_docs_list_every_bound_as_the_code_has_it():
         assert re.search(rf"\| `{kind}` \| {bound.low} \| {bound.high} \|", text), kind
     for kind, product in PRODUCTS.items():
         assert re.search(rf"\| `{kind}` \| {product.limit} \|", text), kind
+
+
+STUDY_ARGS = {  # issue 40, findings 9 and 10: one line, exit 2, before any range or array is built
+    "a range too long": (["--seeds", "0:4294967296"], "--seeds (how many) must be an integer from 1 to 65536, "
+                                                      "got 4294967296"),
+    "a range past int64": (["--seeds", "0:99999999999999999999"], "--seeds (how many) must be an integer from 1 to "
+                                                                   "65536, got 99999999999999999999"),
+    "a range past the last seed": (["--seeds", "4294967290:4294967300"], f"--seeds {SEED_RANGE}, got 4294967299"),
+    "seeds × rollouts × T": (["--seeds", "0:65536", "--set", "prompts_per_step=4096", "--set", "group_size=16"],
+                            "seeds 65536 × rollouts per step 65536 × T 10 = 42949672960 is more than 134217728"),
+    "a cell's memory": (["--seeds", "0:64"], "seeds 64, rollouts per step 64, T 10, hidden 4096: study: one cell's "
+                                             "working set, estimated from the arrays the batched engine "
+                                             "allocates, is 3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STUDY_ARGS))
+def test_a_study_cell_is_bounded_before_any_allocation(tmp_path, case):
+    args, needle = STUDY_ARGS[case]
+    (tmp_path / "twoscale-prompts.txt").write_text("x\n")
+    setting = tmp_path / "s.toml"
+    setting.write_text(BASE.format(policy="hidden = 4096" if "memory" in case else "", study="",
+                                   train="group_size = 8\nprompts_per_step = 8", evaluate=""))
+    before = set(tmp_path.iterdir())
+    one_line(invoke("study", setting, "--out", tmp_path / "st", *args), needle)
+    nothing_new(tmp_path, before)
 
 
 # ------------------------------------------------------------------ item 7: huge, deep and long input

@@ -35,6 +35,12 @@ CELL_COLUMNS: dict[str, pa.DataType] = {
 }
 #: What every training row records besides ``reward/NAME`` (the batch mean of each reward).
 TRAIN_QUANTITIES = ("aggregate", "policy_loss", "kl", "clip_frac", "loss", "grad_norm")
+#: The version of what a cell holds for given inputs (the batched engine's computation and the table):
+#: raised whenever the same setting, W and seeds would give other numbers, so that ``recast study``
+#: never reuses a cell an older recast computed otherwise.
+CELL_FORMAT = 2
+#: The metadata key of the digest of each input that determined the cell (``recast study``'s reuse check).
+MADE_FROM = "made_from"
 #: What a cell's metadata must say.
 CELL_KEYS = ("setting", "arm", "mode", "kernel", "gains", "lambda", "rewards", "group_size", "prompts_per_step",
              "n", "eval_seed", "W", "weights_key", "gradient")

@@ -8,30 +8,30 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, cut
 
 out = Console()
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
-    """``--seeds 0:256`` (a half-open range) or ``--seeds 3,5,8`` → the seeds; None → the setting's."""
+    """``--seeds 0:256`` (a half-open range) or ``--seeds 3,5,8`` → the seeds; None → the setting's.
+    A range is checked as numbers (``bounds.seed_range``) before it is built."""
     if text is None:
         return None
-    try:
-        if ":" in text:
-            lo, hi = (int(x) for x in text.split(":"))
-            seeds = tuple(range(lo, hi))
-        else:
-            seeds = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise BadInput(f"--seeds {text!r}: expected LO:HI (half-open) or a comma-separated list") from None
     from recast_cli import bounds
 
+    ranged = ":" in text
+    try:
+        numbers = [int(x) for x in text.split(":" if ranged else ",")]
+        lo, hi = numbers if ranged else (0, 0)
+    except ValueError:  # not integers, or a range of other than two
+        raise BadInput(f"--seeds {cut(text)!r}: expected LO:HI (half-open) or a comma-separated list") from None
+    seeds = tuple(bounds.seed_range(lo, hi, "--seeds")) if ranged else tuple(numbers)
     if not seeds or len(set(seeds)) != len(seeds):
-        raise BadInput(f"--seeds {text!r}: needs distinct seeds")
+        raise BadInput(f"--seeds {cut(text)!r}: needs distinct seeds")
+    bounds.check("study_seeds", len(seeds), "--seeds (how many)")
     for seed in (min(seeds), max(seeds)):
         bounds.check("seed", seed, "--seeds")
-    bounds.check("study_seeds", len(seeds), "--seeds (how many)")
     return seeds
 
 
@@ -43,15 +43,22 @@ def study_command(
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run every n-th cell from the i-th (several "
                                                                "processes share a study; the report waits for all)."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write OUT/report/ from the cells at the end."),
+    force: bool = typer.Option(False, "--force", help="Recompute the cells, gains and W in OUT that other inputs "
+                                                      "made (a changed setting, or an older recast) instead of "
+                                                      "refusing them; only recast's own files there are replaced."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Stage 2 of the 1-D world at many seeds: every budget × arm × G of [study] as one batched cell each."""
-    from recast_cli.batched.study import plan_study, run_study
+    from recast_cli import bounds
+    from recast_cli.batched.study import cell_footprint, plan_study, run_study
     from recast_cli.estimate.config import parse_shard
 
     part = parse_shard(shard)
     plan = plan_study(setting, out_dir, parse_seeds(seeds), overrides)
-    paths = run_study(plan, quiet=quiet, shard=part)
+    counts, memory = cell_footprint(plan)  # one joint bound per cell, before anything is allocated
+    bounds.check_product("study_cell", {k: counts[k] for k in ("seeds", "rollouts per step", "T")})
+    bounds.check_bytes("study_cell_bytes", memory, counts)
+    paths = run_study(plan, quiet=quiet, shard=part, force=force)
     missing = [p for p in paths if not p.is_file()]
     out.print(f"{len(paths) - len(missing)} of {len(paths)} cells × {len(plan.seeds)} seeds → {out_dir / 'cells'}")
     if missing:

@@ -8,6 +8,13 @@
 
 A cell file is written atomically when the cell is done, and a cell whose file exists is not run
 again: a study killed at any moment resumes where it stopped, losing at most the cell in flight.
+
+A file is reused only when everything that determined it is equal: each cell holds the digest of
+each of its inputs (the world, the policy, the recipe, the evaluation, the seeds, the W and the
+``[study]`` options that made it, the cell format) in its metadata, and ``OUT/study.json`` holds
+those of the gain tables and W files (written before they are computed, so a resumed estimate's
+parts are of the same inputs too). Another one is refused, one line naming what changed;
+``--force`` recomputes it instead, replacing only recast's own files.
 """
 
 from __future__ import annotations
@@ -20,12 +27,21 @@ from pathlib import Path
 
 import numpy as np
 
-from recast_cli.artifacts import CELL_SCHEMA, CellTable, claim_output, read_cell, read_weights, write_cell
-from recast_cli.artifacts.cells import TRAIN_QUANTITIES
+from recast_cli.artifacts import (CELL_SCHEMA, GAINS_SCHEMA, SCORES_SCHEMA, WEIGHTS_SCHEMA, CellTable, claim_output,
+                                  finish_parts, parts_dir, read_cell, read_weights, write_cell)
+from recast_cli.artifacts.cells import CELL_FORMAT, MADE_FROM, TRAIN_QUANTITIES
+from recast_cli.artifacts.io import atomic_write_bytes, json_loads
+from recast_cli.artifacts.outputs import refuse_foreign_file
 from recast_cli.errors import BadInput
 from recast_cli.settings import Setting, load_setting
-from recast_cli.study import ArmSpec, StudySpec, load_study
+from recast_cli.study import ESTIMATE_KEYS, EXACT_KEYS, ArmSpec, StudySpec, digest, file_digest, load_study, world_of
 from recast_cli.train.config import TrainConfig, config_from_setting, skip_clean_of, trained_steps
+
+#: ``OUT/study.json``: the digests of the inputs of every gain table and W file of the study
+RECORD_NAME = "study.json"
+RECORD_SCHEMA = "recast.study-inputs/1"
+#: the finished pieces of an estimate's ``OUT.parts/`` (``estimate/stage.py``)
+ESTIMATE_PIECES = "prompt-*.safetensors"
 
 
 @dataclass(frozen=True)
@@ -94,23 +110,58 @@ def plan_study(setting_name: str, out: Path, seeds: tuple[int, ...] | None = Non
                      study.eval_n or evaluation.n, evaluation.seed)
 
 
-def prepare_weights(plan: StudyPlan, quiet: bool = False) -> None:
-    """The gain tables and every budget × arm W the cells need (each written once; kept when present)."""
+def cell_footprint(plan: StudyPlan) -> tuple[dict[str, int], int]:
+    """The counts that size one cell of the batched engine (seeds, rollouts per step, T, hidden width),
+    and the bytes it holds at its peak, an upper estimate from the arrays ``batched/engine.py``
+    allocates (E = seeds × rollouts per step; float64 unless said; within 20% of the peak resident size
+    measured on cells of 256 seeds × 1024 rollouts, and above it where the network is wide):
+
+    * all along: S networks of n parameters, float32: the weights, their gradients, AdamW's two
+      moments, the KL reference, the final snapshot and the first iteration's gradients (float64):
+      32·S·n bytes;
+    * sampling: the states [S, B, T+1], log-probabilities and v* [S, B, T] as lists, stacked at the end
+      (two copies), and during a step the network's activations (three [S, B, hidden] float32), the
+      world's posterior ([S, B, components], three arrays) and the hashed noise (seven [S, B] arrays);
+    * the update: those trajectories, the step advantages [S, B, T] (and two temporaries), the rewards
+      and advantages [S, B, m] (two each), each seed's pair order (two copies) and the seven gathered
+      arrays [S, B·K] (K the trained steps), and a micro-batch of S × min(micro_batch, UPDATE_ELEMENTS / S)
+      pairs, about 48·hidden + 8·(4·features + 2) + 256 bytes each with their gradients;
+    * an evaluation chunk of S × EVAL_ELEMENTS / S samples (activations, posterior, noise).
+
+    Every cell of a plan has the same rollouts per step, so one cell's footprint is every cell's."""
+    from recast_cli.batched.engine import EVAL_ELEMENTS, UPDATE_ELEMENTS
+
+    cfg, policy = plan.cells[0].cfg, plan.setting.policy
+    S, B, T, H, F = len(plan.seeds), cfg.group_size * cfg.prompts_per_step, policy.steps, policy.hidden, policy.features
+    K, J, m = len(trained_steps(T, cfg.train_fraction)), len(world_of(plan.setting).weights), len(cfg.rewards)
+    E = S * B
+    params = 32 * S * (H * H + H * (4 * F + 5) + 1)
+    trajectories = 8 * E * (3 * T + 1)
+    sampling = max(2 * trajectories, trajectories + 12 * E * H + 24 * E * J + 56 * E)
+    pairs = S * max(1, min(cfg.micro_batch, UPDATE_ELEMENTS // S))
+    update = trajectories + 24 * E * T + 32 * E * m + 72 * E * K + pairs * (48 * H + 8 * (4 * F + 2) + 256)
+    evaluation = S * max(1, EVAL_ELEMENTS // S) * (12 * H + 24 * J + 80)
+    return {"seeds": S, "rollouts per step": B, "T": T, "hidden": H}, params + max(sampling, update, evaluation)
+
+
+def prepare_weights(plan: StudyPlan, quiet: bool = False, force: bool = False) -> None:
+    """The gain tables and every budget × arm W the cells need, each written once and kept when present
+    and made of the same inputs (:func:`check_record`: refused, or with ``force`` recomputed, else)."""
     from recast_cli.estimate.config import EstimateConfig, GainOptions
     from recast_cli.estimate import stage as estimate_stage
     from recast_cli.solve.stage import solve_w
 
     study, setting = plan.study, plan.setting
     T = setting.policy.steps
-    gains = {"exact": plan.out / "gains" / "exact.parquet", "estimate": plan.out / "gains" / "estimate.parquet"}
-    needed = {c.arm.gains for c in plan.cells if c.arm.mode != "static"}
+    gains = gain_paths(plan)
+    check_record(plan, force)
     opts = GainOptions(alphas=(study.alpha,))
-    if "exact" in needed and not gains["exact"].is_file():
+    if "exact" in gains and not gains["exact"].is_file():
         gains["exact"].parent.mkdir(parents=True, exist_ok=True)
         exact_policy = "gmm1d" if setting.policy.world is None else str(setting.file)  # the setting's [world]
         cfg = EstimateConfig(policy=exact_policy, rewards=study.rewards, steps=study.estimate_steps)
         estimate_stage.exact_table(cfg, opts, gains["exact"])
-    if "estimate" in needed and not gains["estimate"].is_file():
+    if "estimate" in gains and not gains["estimate"].is_file():
         gains["estimate"].parent.mkdir(parents=True, exist_ok=True)
         cfg = EstimateConfig(policy=str(setting.file), rewards=study.rewards, steps=study.estimate_steps,
                              N=study.n, K=study.k, P=study.p, sampling=study.sampling)
@@ -133,6 +184,118 @@ def prepare_weights(plan: StudyPlan, quiet: bool = False) -> None:
         else:
             solve_w(gains[cell.arm.gains], lam, cell.weights, mode=cell.arm.mode, tau=study.tau, steps=T,
                     skip_clean=skip, kernel=cell.arm.kernel)
+
+
+def gain_paths(plan: StudyPlan) -> dict[str, Path]:
+    """The gain tables the plan's arms solve W from: ``exact`` and/or ``estimate`` → OUT/gains/NAME.parquet."""
+    needed = {c.arm.gains for c in plan.cells if c.arm.mode != "static"}
+    return {name: plan.out / "gains" / f"{name}.parquet" for name in ("exact", "estimate") if name in needed}
+
+
+# --------------------------------------------------------------------------- what made each file
+
+
+def gain_inputs(plan: StudyPlan, which: str) -> dict[str, str]:
+    """Label → digest of each input of the ``exact`` or ``estimate`` gain table: the exact table is the
+    world's (and the estimate's options), the sampled estimate also the base policy's."""
+    inputs = {"format": str(CELL_FORMAT), "[world]": digest(world_of(plan.setting))}
+    if which == "estimate":
+        inputs["[policy]"] = digest(replace(plan.setting.policy, world=None))
+    keys = EXACT_KEYS if which == "exact" else ESTIMATE_KEYS
+    inputs["[study] gains options"] = digest({k: getattr(plan.study, k) for k in keys})
+    return inputs
+
+
+def weights_inputs(plan: StudyPlan, cell: CellPlan) -> dict[str, str]:
+    """Label → digest of each input of a cell's W: its gain table's (none for a static W), the arm, λ
+    and τ, and the training grid it lives on (T and the clean steps skipped)."""
+    static = cell.arm.mode == "static"
+    inputs = {"format": str(CELL_FORMAT)} if static else gain_inputs(plan, cell.arm.gains)
+    T = plan.setting.policy.steps
+    inputs["[study] W options"] = digest({
+        "arm": [cell.arm.mode, cell.arm.kernel, cell.arm.gains], "lambda": cell.budget, "rewards": plan.study.rewards,
+        "tau": None if static else plan.study.tau, "T": T, "skip": skip_clean_of(T, plan.cells[0].cfg.train_fraction)})
+    return inputs
+
+
+def cell_inputs(plan: StudyPlan, cell: CellPlan, w) -> dict[str, str]:
+    """Label → digest of everything that determines a cell: its W's inputs and the W itself, the
+    world, the policy, the recipe (the cell's ``[train]`` with ``--set``; its prompts file by content), the
+    evaluation, the seeds."""
+    from recast_cli.train.plan import weights_key
+
+    recipe = {**asdict(cell.cfg), "prompts": file_digest(cell.cfg.prompts)}
+    return {**weights_inputs(plan, cell), "[world]": digest(world_of(plan.setting)),
+            "[policy]": digest(replace(plan.setting.policy, world=None)), "[train]": digest(recipe),
+            "[evaluate] n": digest(plan.eval_n), "[evaluate] seed": digest(plan.eval_seed),
+            "seed list": digest(plan.seeds), "W": weights_key(w)}
+
+
+def changed_inputs(made: object, now: dict[str, str]) -> str | None:
+    """None when ``made`` (a file's recorded inputs) equals ``now``; else what differs, in words."""
+    if made == now:
+        return None
+    if not isinstance(made, dict) or made.get("format") != now["format"]:
+        return "by an older recast (no record of its inputs, or another cell format)"
+    differ = [label for label in now if made.get(label) != now[label]] or ["record"]
+    return "with another " + (differ[0] if len(differ) == 1 else f"{', '.join(differ[:-1])} and {differ[-1]}")
+
+
+def stale(path: Path, why: str, what: str = "was made") -> BadInput:
+    """The one line for a file of OUT made of other inputs."""
+    return BadInput(f"{path} {what} {why}; rerun with a fresh --out or --force")
+
+
+def record_entries(plan: StudyPlan) -> dict[str, tuple[dict[str, str], tuple[tuple[Path, str], ...]]]:
+    """OUT-relative name → (its inputs, its files with their schemas) for every gain table and W."""
+    from recast_cli.estimate.stage import scores_path
+
+    entries = {}
+    for which, path in gain_paths(plan).items():
+        files = ((path, GAINS_SCHEMA),) + (((scores_path(path), SCORES_SCHEMA),) if which == "estimate" else ())
+        entries[path.relative_to(plan.out).as_posix()] = (gain_inputs(plan, which), files)
+    for cell in plan.cells:
+        entries[cell.weights.relative_to(plan.out).as_posix()] = (weights_inputs(plan, cell),
+                                                                   ((cell.weights, WEIGHTS_SCHEMA),))
+    return entries
+
+
+def check_record(plan: StudyPlan, force: bool) -> None:
+    """Compare each gain table and W of OUT (its file, or an estimate's parts) with the inputs recorded in
+    OUT/study.json: another one is refused (:func:`stale`), or with ``force`` removed (recast's own
+    files only: a file of another kind is refused). Then record this plan's inputs, before any is
+    computed, so that whatever is left of a killed computation is known to be of them."""
+    path = plan.out / RECORD_NAME
+    record = read_record(path)
+    for name, (inputs, files) in record_entries(plan).items():
+        parts = parts_dir(files[0][0])
+        pieces = sorted(p.name for p in parts.glob(ESTIMATE_PIECES)) if parts.is_dir() else []
+        why = changed_inputs(record.get(name), inputs)
+        if why is not None and (pieces or any(f.exists() or f.is_symlink() for f, _ in files)):
+            if not force:
+                raise stale(files[0][0], why)
+            for file, schema in files:
+                refuse_foreign_file(file, schema)
+                file.unlink(missing_ok=True)
+            finish_parts(files[0][0], pieces)
+        record[name] = inputs
+    atomic_write_bytes(path, json.dumps({"schema": RECORD_SCHEMA, "files": record}, sort_keys=True,
+                                        indent=1).encode())
+
+
+def read_record(path: Path) -> dict[str, object]:
+    """The inputs OUT/study.json records per file ({} when there is none); BadInput for a file there that
+    is not recast's record."""
+    refuse_foreign_file(path, RECORD_SCHEMA)  # a link, a folder or a user's file is never read or replaced
+    if not path.exists():
+        return {}
+    try:
+        files = json_loads(path.read_bytes(), str(path)).get("files")
+    except (OSError, ValueError, AttributeError):
+        files = None
+    if not isinstance(files, dict):
+        raise BadInput(f"{path} is a damaged study record; rerun with a fresh --out")
+    return files
 
 
 def run_cell(plan: StudyPlan, cell: CellPlan, progress=None) -> CellTable:
@@ -194,6 +357,7 @@ def cell_table(plan: StudyPlan, cell: CellPlan, w, result, engine_cell, wall: fl
                      "snr": signal / spread if spread and spread > 0 else None,
                      "what": "first iteration, before clipping: |E g|² and E|g − E g|² over the cell's seeds"},
         "engine": {"seeds": len(seeds), "wall_s": wall, "torch_threads": threads},
+        MADE_FROM: cell_inputs(plan, cell, w),
     }
     return CellTable(seeds, rewards, points, evals, eval_std, steps, train, meta=meta)
 
@@ -202,9 +366,10 @@ def _jsonable(value):
     return json.loads(json.dumps(value, default=list))
 
 
-def run_study(plan: StudyPlan, quiet: bool = False, shard: tuple[int, int] = (0, 1)) -> list[Path]:
+def run_study(plan: StudyPlan, quiet: bool = False, shard: tuple[int, int] = (0, 1), force: bool = False) -> list[Path]:
     """Every cell of this shard not yet done (cell k belongs to shard k mod n), with a progress bar over
-    cells (and the iterations of the one in flight). Returns every cell's path, done or not."""
+    cells (and the iterations of the one in flight). ``force``: files of OUT made of other inputs are
+    recomputed, not refused. Returns every cell's path, done or not."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -213,8 +378,8 @@ def run_study(plan: StudyPlan, quiet: bool = False, shard: tuple[int, int] = (0,
         claim_output(cell.path, CELL_SCHEMA)
     (plan.out / "cells").mkdir(parents=True, exist_ok=True)
     with _shared(plan.out / ".prepare.lock"):  # the shards' gains and W: the first writes them, the rest wait
-        prepare_weights(plan, quiet=quiet)
-    todo = [c for c in mine if not _done(c, plan)]
+        prepare_weights(plan, quiet=quiet, force=force)
+    todo = [c for c in mine if not _done(c, plan, force)]
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn()]
     with Progress(*columns, console=Console(stderr=True), disable=quiet) as bar:
@@ -241,17 +406,15 @@ def _shared(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _done(cell: CellPlan, plan: StudyPlan) -> bool:
-    """A cell file that exists is done when it holds this plan's seeds, W and recipe; another one is refused."""
+def _done(cell: CellPlan, plan: StudyPlan, force: bool = False) -> bool:
+    """A cell file that exists is done when it was made of exactly this plan's inputs (:func:`cell_inputs`);
+    another one is refused, or with ``force`` run again (its file replaced when the cell is done)."""
     if not cell.path.is_file():
         return False
     table = read_cell(cell.path)
-    w = read_weights(cell.weights)
-    from recast_cli.train.plan import weights_key
-
-    same = (tuple(table.seeds) == plan.seeds and table.meta["weights_key"] == weights_key(w)
-            and table.meta["train"] == _jsonable(asdict(cell.cfg)) and table.meta["n"] == plan.eval_n)
-    if not same:
-        raise BadInput(f"{cell.path} holds a cell of another study (seeds, W, recipe or n differ); "
-                       "choose another --out or remove it")
-    return True
+    why = changed_inputs(table.meta.get(MADE_FROM), cell_inputs(plan, cell, read_weights(cell.weights)))
+    if why is None:
+        return True
+    if force:
+        return False
+    raise stale(cell.path, why, "holds a cell of another study: it was made")

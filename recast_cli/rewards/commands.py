@@ -119,8 +119,10 @@ def serve_reward_command(
                                                                       "authenticated request make room, and when "
                                                                       "all are busy: HTTP 503."),
     min_upload_rate: int = typer.Option(1024, "--min-upload-rate", min=1, max=1024 * 1024,
-                                        help="KiB/s a request body must keep up after a short grace, in every "
-                                             "window of a few seconds (slower: HTTP 408, closed)."),
+                                        help="KiB/s a request body must keep up on average after a 5 s "
+                                             "grace, checked every 5 s (behind: HTTP 408, closed); a body gets "
+                                             "5 s plus its length at this rate (at most 300 s, unless the "
+                                             "largest allowed body needs more)."),
 ) -> None:
     """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
     from recast_cli.errors import BadInput

@@ -21,10 +21,13 @@ can hold the server (``Pace``, ``RequestReader``, ``Admission``):
 
 * a request's line and headers (the token among them) must arrive within ``HEADER_DEADLINE_S``
   and ``HEADER_LIMIT`` bytes (408 / 431, closed), before it is authenticated;
-* a body gets ``REQUEST_GRACE_S`` plus its declared length at ``REQUEST_MIN_RATE``, at most
-  ``REQUEST_MAX_S``, fixed when its reading starts: bytes received never extend it. Within that,
-  a client must send at least ``REQUEST_MIN_RATE`` bytes/s in every ``RATE_WINDOW_S`` window
-  after the grace, or it is answered 408, closed and loses its reader slot at once;
+* a body gets ``REQUEST_GRACE_S`` plus its declared length at ``REQUEST_MIN_RATE``, fixed when
+  its reading starts: bytes received never extend it. The cap on that, ``REQUEST_MAX_S``, is
+  raised to what the largest allowed body needs at the rate floor, so it never cuts a client
+  that keeps the floor. Within that, a client must stay on the floor's schedule: at the end of
+  every ``RATE_WINDOW_S`` window after the grace, the body bytes received must be at least
+  ``REQUEST_MIN_RATE`` times the seconds since the grace ended, or it is answered 408, closed and
+  loses its reader slot at once. A client ahead of schedule may pause while its lead lasts;
 * at most ``max_connections`` connections (one thread each) are open at once. A connection that
   has not yet sent a request with the right token is *unauthenticated*: such connections may hold
   at most half the connections, and those of one address at most a quarter. A new connection over
@@ -51,7 +54,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -77,9 +80,9 @@ ADDRESS_SHARE = 4  # ... and those of one address at most 1/4
 HEADER_DEADLINE_S = 5.0  # a request's line and headers (its token) arrive within this ...
 HEADER_LIMIT = 32 * 1024  # ... in at most this many bytes
 REQUEST_GRACE_S = 5.0  # a body gets this ...
-REQUEST_MIN_RATE = 1024 * 1024  # ... plus its declared length at this many bytes/s, and keeps this rate up
-RATE_WINDOW_S = 5.0  # in every window of this many seconds after the grace
-REQUEST_MAX_S = 300.0  # and never more than this in all
+REQUEST_MIN_RATE = 1024 * 1024  # ... plus its declared length at this many bytes/s, and keeps on this schedule
+RATE_WINDOW_S = 5.0  # checked every this many seconds after the grace
+REQUEST_MAX_S = 300.0  # and at most this, or the largest allowed body's time at the rate floor if longer
 LOGGED_CHARS = 200  # a client's text (path, error) is cut to this many characters in the log
 
 
@@ -120,8 +123,11 @@ class Pace:
 
     The head (request line and headers) gets ``header_s`` and ``header_bytes``. A body of
     ``length`` bytes gets ``grace + length / min_rate`` seconds, at most ``max_s``, from when its
-    reading starts; after the grace, every ``window`` seconds must bring ``min_rate * window``
-    bytes. Tests scale these down; the server's defaults are the module's constants.
+    reading starts; at the end of every ``window`` seconds after the grace, the body bytes
+    received must be at least ``min_rate`` times the seconds since the grace ended (a cumulative
+    schedule: a client ahead of it may pause, a trickler falls behind right after the grace).
+    A server's pace is ``covering`` its body limit. Tests scale these down; the server's defaults
+    are the module's constants.
     """
 
     header_s: float = HEADER_DEADLINE_S
@@ -134,6 +140,16 @@ class Pace:
     def body_seconds(self, length: int) -> float:
         """The time a body of ``length`` bytes gets, whatever arrives: it does not grow with bytes received."""
         return min(self.grace + length / self.min_rate, self.max_s)
+
+    def covering(self, max_body: int) -> Pace:
+        """This pace with ``max_s`` raised, if need be, to the time a body of ``max_body`` bytes gets
+        at the rate floor: a client that keeps a lowered floor always finishes the largest body the
+        server allows (at 256 KiB/s, ~350 s for the default ~90 MB limit, not cut at 300 s)."""
+        return replace(self, max_s=max(self.max_s, self.grace + max_body / self.min_rate))
+
+    def due(self, elapsed: float) -> float:
+        """Body bytes a client on the floor's schedule has sent ``elapsed`` seconds after its body's start."""
+        return self.min_rate * (elapsed - self.grace)
 
 
 class RequestDeadline(Exception):
@@ -155,11 +171,14 @@ class RequestReader(io.RawIOBase):
 
     ``begin`` starts a request: its head must arrive within ``pace.header_s`` and
     ``pace.header_bytes``. ``start_body`` fixes the body's deadline from its declared length
-    (``Pace.body_seconds``) and starts the rate windows: a client that stalls or trickles is cut
-    at the end of the first window it does not fill, however much it sent before, and one that
-    keeps the rate is cut at the deadline at the latest. A per-read timeout bounds neither. The
-    socket's own timeout is set to what is left before each read and restored to
-    ``write_timeout`` (for replies) after it. ``heard`` is called when a head's first bytes arrive.
+    (``Pace.body_seconds``) and starts the schedule checks: at the end of each window after the
+    grace, a body behind the floor's schedule (``Pace.due``) is cut, and one that keeps it is cut
+    at the deadline at the latest. A client ahead of schedule may thus stall while its lead lasts
+    (a TCP stall does not kill an upload far ahead of its deadline), and a trickler is cut at the
+    first check. Bytes that reached the socket but are not read yet count: a check that finds the
+    body behind reads them first. A per-read timeout bounds neither. The socket's own timeout is
+    set to what is left before each read and restored to ``write_timeout`` (for replies) after it.
+    ``heard`` is called when a head's first bytes arrive.
     """
 
     def __init__(self, sock: socket.socket, pace: Pace, write_timeout: float,
@@ -174,15 +193,14 @@ class RequestReader(io.RawIOBase):
         self.deadline = self.started + self.pace.header_s
         self.received = 0
         self.length: int | None = None  # the body's declared length once its reading started
-        self.window_end = math.inf
+        self.check_at = math.inf
 
     def start_body(self, length: int) -> None:
-        """The body (``length`` bytes declared) is read from now on: its deadline and windows start."""
+        """The body (``length`` bytes declared) is read from now on: its deadline and schedule start."""
         now = time.monotonic()
         self.started, self.length, self.head_received = now, length, self.received
         self.deadline = now + self.pace.body_seconds(length)
-        self.window_end = now + self.pace.grace + self.pace.window
-        self.window_received = 0
+        self.check_at = now + self.pace.grace + self.pace.window
 
     def readable(self) -> bool:
         return True
@@ -192,10 +210,16 @@ class RequestReader(io.RawIOBase):
             now = time.monotonic()
             if now >= self.deadline:
                 raise self._late()
-            if now >= self.window_end:
-                self._next_window()
-                continue
-            self.sock.settimeout(min(self.deadline, self.window_end) - now)
+            if now >= self.check_at:
+                if self._on_schedule(now):
+                    self.check_at += self.pace.window
+                    continue
+                if not _pending(self.sock):
+                    raise self._behind(now)
+                until = self.deadline  # behind, but bytes wait: read them, then check again
+            else:
+                until = min(self.deadline, self.check_at)
+            self.sock.settimeout(until - now)
             try:
                 count = self.sock.recv_into(buffer)
             except TimeoutError:
@@ -207,18 +231,18 @@ class RequestReader(io.RawIOBase):
             self.received += count
             if self.length is None and self.received > self.pace.header_bytes:
                 raise HeadTooLarge(f"more than {self.pace.header_bytes} bytes before the end of the headers")
-            if self.length is not None:
-                self.window_received += count
             return count
 
-    def _next_window(self) -> None:
-        """At a window's end: RequestDeadline if it brought less than the minimum rate, else start the next."""
-        wanted = self.pace.min_rate * self.pace.window
-        if self.window_received < wanted:
-            raise RequestDeadline(f"upload below {self.pace.min_rate / 1024:g} KiB/s: {self.window_received} "
-                                  f"bytes in the last {self.pace.window:g} s, {self.received} in all")
-        self.window_end += self.pace.window
-        self.window_received = 0
+    def _on_schedule(self, now: float) -> bool:
+        """Whether the body bytes received so far keep up with the rate floor since the grace ended."""
+        return self.received - self.head_received >= self.pace.due(now - self.started)
+
+    def _behind(self, now: float) -> RequestDeadline:
+        """The 408 of a body found behind the floor's schedule at a check."""
+        took = now - self.started
+        return RequestDeadline(f"upload below {self.pace.min_rate / 1024:g} KiB/s: "
+                               f"{self.received - self.head_received} bytes of the body in {took:.1f} s, "
+                               f"{self.pace.due(took):.0f} due after a {self.pace.grace:g} s grace")
 
     def _late(self) -> RequestDeadline:
         took = time.monotonic() - self.started
@@ -227,6 +251,13 @@ class RequestReader(io.RawIOBase):
                                    f"{self.pace.header_s:g} s")
         return RequestDeadline(f"{self.received - self.head_received} more bytes in {took:.1f} s; a body of "
                                f"{self.length} bytes gets {self.pace.body_seconds(self.length):.1f} s")
+
+
+def _pending(sock: socket.socket) -> bool:
+    """Whether bytes (or the client's close) wait on ``sock`` to be read, without waiting."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _host(client: Any) -> str:
@@ -402,7 +433,8 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
     """A reward server for ``scorer`` bound to (host, port); port 0 picks a free one. Not started.
 
     ``timeout`` bounds writing a reply and waiting for a reader slot; ``header_s``, ``grace``,
-    ``min_rate``, ``window`` and ``max_request_s`` pace each request (``Pace``);
+    ``min_rate``, ``window`` and ``max_request_s`` pace each request (``Pace``; ``max_request_s``
+    is raised to cover the body limit at ``min_rate``: the handler class's ``pace``);
     ``max_connections`` caps open connections (``Admission``).
     """
     pace = Pace(header_s=header_s, grace=grace, min_rate=min_rate, window=window, max_s=max_request_s)
@@ -419,10 +451,12 @@ def _handler(scorer: Scorer, token: str | None, max_batch: int, max_pixels: int,
     reading = threading.BoundedSemaphore(readers)  # bodies in memory at once
     expected = token.encode() if token else None
     max_body = body_limit(max_batch, max_pixels)
+    pace = pace.covering(max_body)  # a client keeping the floor always finishes the largest body
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server: RewardServer
+        request_pace = pace  # read by tests
 
         def setup(self) -> None:
             self.timeout = timeout  # the socket's timeout between reads: writing a reply

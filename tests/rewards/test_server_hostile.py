@@ -1,8 +1,10 @@
 """`recast serve-reward` cannot be held by idle or slow clients (issue 40, findings 11 and 12).
 
-Two token holders that declare a large body and upload below the rate floor are cut at the end of
-their first short window, and a legitimate request is served at once; the body's deadline is
-fixed by its declared length and never grows with bytes received; a flood of idle sockets
+Two token holders that declare a large body and upload below the rate floor are cut at the first
+check after the grace, and a legitimate request is served at once; a client ahead of the floor's
+schedule may pause while its lead lasts, and is cut at the first check after it runs out; the
+body's deadline is fixed by its declared length and never grows with bytes received, and its cap
+covers the largest body at a lowered floor; a flood of idle sockets
 without a token cannot keep a ``RemoteScorer`` out; a head over its byte cap is 431; the body
 limit is the largest body our client sends for the server's batch. Every deadline and rate is
 scaled down through ``make_server``'s parameters, so each test takes well under a second.
@@ -51,13 +53,13 @@ def post_head(length: int, token: str = TOKEN) -> bytes:
 
 
 def test_two_slow_uploaders_below_the_rate_floor_are_cut_and_a_legitimate_request_is_served_at_once(capsys):
-    pace = {"grace": 0.15, "window": 0.15, "min_rate": 64 * KIB}  # 9.6 KiB per window after the grace
-    declared = 50_000_000  # about 760 s at the floor: only the windows can cut them
+    pace = {"grace": 0.15, "window": 0.15, "min_rate": 64 * KIB}  # 9.6 KiB due per window after the grace
+    declared = 50_000_000  # about 760 s at the floor: only the schedule checks can cut them
     with server(token=TOKEN, readers=2, **pace) as (_, url):
         port = int(url.rsplit(":", 1)[1])
         trickler, staller = connect(port), connect(port)
-        for sock in (trickler, staller):  # each first sends 8 s worth of credit under a growing deadline
-            sock.sendall(post_head(declared) + b" " * (512 * KIB))
+        for sock in (trickler, staller):  # each first sends a lead of at most 0.125 s at the floor
+            sock.sendall(post_head(declared) + b" " * (8 * KIB))
         cut: dict = {}
 
         def trickle() -> None:
@@ -108,20 +110,49 @@ def test_a_body_deadline_is_fixed_by_its_declared_length_and_never_grows_with_by
     assert pace.body_seconds(0) == 0.2 and pace.body_seconds(10**12) == 30.0
 
 
-def test_a_body_that_stalls_after_a_fast_start_is_cut_at_the_end_of_the_window():
-    pace = Pace(grace=0.05, min_rate=1024.0, window=0.1, max_s=30.0)
+def test_a_body_that_stalls_after_a_fast_start_is_cut_at_the_first_check_after_its_lead_runs_out():
+    pace = Pace(grace=0.05, min_rate=10 * KIB, window=0.05, max_s=30.0)  # checks every 0.05 s from 0.1 s
     near, far = socket.socketpair()
     with near, far:
         reader = RequestReader(near, pace, write_timeout=1.0)
-        reader.start_body(10_000)  # a deadline of about 10 s
-        far.sendall(b"x" * 9000)
+        reader.start_body(100_000)  # a deadline of about 10 s
+        far.sendall(b"x" * 1792)  # a lead of 0.175 s at the floor: on schedule until 0.225 s
         got = reader.readinto(bytearray(9000))
-        started = time.monotonic()
-        with pytest.raises(RequestDeadline, match=r"upload below 1 KiB/s: 0 bytes in the last 0.1 s, 9000 in all"):
+        with pytest.raises(RequestDeadline, match=r"upload below 10 KiB/s: 1792 bytes of the body in 0\.\d s, "
+                                                  r"\d+ due after a 0.05 s grace"):
             while True:
                 reader.readinto(bytearray(100))
+        took = time.monotonic() - reader.started
+    assert got == 1792 and 0.2 < took < 0.6  # not at the first checks while ahead, nor at the 10 s deadline
+
+
+def test_an_upload_ahead_of_the_floor_survives_a_pause_of_several_windows_and_is_served():
+    """The review's case, scaled: 2/3 of the body at once (a lead until ~0.75 s), no byte for 4
+    windows (a TCP stall), then the rest: ~2.5 times the floor on average, well inside its deadline
+    (a per-window rule cut it at 0.3 s with a 408)."""
+    body = json.dumps({"prompts": [PROMPT], "images": [png_base64(noise_images(1, size=512)[0])]}).encode()
+    assert 1_000_000 < len(body) < 1_100_000  # about 1 s at the floor: a deadline of about 1.1 s
+    with server(token=TOKEN, grace=0.1, window=0.1, min_rate=1024 * KIB) as (_, url), \
+            connect(int(url.rsplit(":", 1)[1])) as sock:
+        started = time.monotonic()
+        sock.sendall(post_head(len(body)) + body[:2 * len(body) // 3])
+        time.sleep(0.4)
+        with contextlib.suppress(OSError):  # a server that cut it has closed: its 408 is read below
+            sock.sendall(body[2 * len(body) // 3:])
+        status, reply = read_reply(sock)
         took = time.monotonic() - started
-    assert got == 9000 and took < 0.5  # the end of the window, not the 10 s deadline
+    assert (status, len(reply.get("scores", []))) == (200, 1), reply
+    assert took > 0.4
+
+
+def test_a_lowered_rate_floor_raises_the_request_cap_so_the_largest_body_at_the_floor_fits():
+    largest = body_limit()  # about 90 MB at the defaults
+    slow = Pace(min_rate=256 * KIB).covering(largest)
+    assert slow.body_seconds(largest) == pytest.approx(5.0 + largest / (256 * KIB)) and slow.max_s > 340  # not 300
+    assert Pace().covering(largest) == Pace()  # at 1 MiB/s the largest body needs ~91 s: the 300 s cap stays
+    made = make_server(build_scorer("toy_color"), min_rate=256 * KIB)
+    made.server_close()
+    assert made.RequestHandlerClass.request_pace == slow
 
 
 def test_the_head_must_arrive_in_its_byte_budget_before_authentication(capsys):

@@ -16,6 +16,7 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp, ndtr
 
+from recast_cli.artifacts import read_gains
 from recast_cli.errors import BadInput
 from recast_cli.estimate.config import MAX_ALPHA, EstimateConfig, GainOptions
 from recast_cli.estimate.gains import estimate_gains
@@ -23,6 +24,7 @@ from recast_cli.estimate.stage import exact_table
 from recast_cli.policy import world1d
 from recast_cli.policy.world1d import (BETA, DEFAULT_WORLD, MAX_LEVEL_WORK, MIN_ACCEPTANCE, StepReward,
                                        World1D)
+from recast_cli.settings import load_setting
 from recast_cli.settings_check import check_setting
 from tests.test_world_setting import invoke, setting
 
@@ -85,7 +87,7 @@ def test_check_setting_names_the_sampler_and_the_sampled_estimate_runs(tmp_path)
     assert check.exit_code == 0, check.stderr
     rows = {row[0]: row[2] for row in check_setting(str(path)).rows}
     assert rows["reward r"].endswith("π⁺ by the exact inverse CDF of its tilted cells (rejection accepts 2.62e-12)")
-    assert "exact estimate ≤ 9.6e+05 evaluations per noise level (limit 1e+08)" in rows["[world]"]
+    assert "exact estimate ≤ 1.06e+06 evaluations per noise level (limit 1e+08)" in rows["[world]"]
     start = time.perf_counter()
     result = invoke("estimate", "--policy", path, "--rewards", "r", "--n", "8", "--k", "1", "--p", "1", "--steps", "3",
                     "--bootstrap", "0", "--out", tmp_path / "g.parquet")
@@ -109,7 +111,7 @@ TOO_MUCH = {
                    "values = [0, 1, 2]\n", "[world.rewards.r] edges must lie within ±1e+06, got 1e+308"),
     "cell 1e308": ("[world]\nmeans = [-1.0, 1.0]\nstds = 0.5\n\n[world.rewards.r]\ncell = 1e308\npattern = [0, 1]\n",
                    "[world.rewards.r] cell and phase must lie within ±1e+06"),
-    "100 components × 10⁴ cells": (MANY, "100 components × (1e+04 cells + 8)"),
+    "100 components × 10⁴ cells": (MANY, "100 components × (1e+04 cells + 1 levels + 8)"),
 }
 
 
@@ -125,7 +127,7 @@ def test_a_world_whose_work_or_numbers_are_too_large_is_one_line_before_any_work
 def test_the_work_limit_message_names_the_numbers_and_the_limit(tmp_path):
     path = setting(tmp_path, WIDE.format(m=-3e3, M=3e3), '["r"]', kind="gmm1d")
     line = invoke("check-setting", path).stderr.strip()
-    assert f"at most {MAX_LEVEL_WORK:g} per noise level" in line and "2.38e+08 evaluations" in line
+    assert f"at most {MAX_LEVEL_WORK:g} per noise level" in line and "2.62e+08 evaluations" in line
     assert "by 0.0005" in line and "2 components" in line
 
 
@@ -158,6 +160,92 @@ def test_the_quadrature_in_chunks_is_the_quadrature_whole(monkeypatch):
     np.testing.assert_allclose(curve(), whole, rtol=1e-12, atol=1e-14)
 
 
+#: A pattern of 10⁴ distinct values on unit cells of the default mixture: a few of them near the means, so
+#: its cells are few (about 16 per noise level) while its levels are many.
+MANY_VALUES = World1D(DEFAULT_WORLD.weights, DEFAULT_WORLD.means, DEFAULT_WORLD.stds,
+                      (("many", StepReward(cell=1.0, values=tuple(i / 10000 for i in range(10000)))),))
+#: A coarser quadrature step for the tests below (exact_work reads the module's, the quadrature is given it).
+TEST_STEP = 5e-3
+#: The default rewards: one level above the lowest, on 2 to 60 cells.
+DEFAULT_CASES = [(DEFAULT_WORLD, name) for name in DEFAULT_WORLD.reward_names]
+#: 37 levels on half-cells repeating every 30: the even cells' 30 values each hold one cell, about half of
+#: them near the posteriors, the odd cells' 7 values several (fewer levels than MANY_VALUES: the reference
+#: below sums every level at every point).
+SOME_VALUES = World1D(DEFAULT_WORLD.weights, DEFAULT_WORLD.means, DEFAULT_WORLD.stds,
+                      (("some", StepReward(cell=0.5, values=tuple((i % 7) / 3 if i % 2 else 3 + i / 100
+                                                                   for i in range(60)))),))
+
+
+def test_the_predicted_work_counts_what_the_quadrature_computes(monkeypatch):
+    """The work exact_work predicts is the work the quadrature does, within a factor of 2.5, counted as the
+    [points, components] elements of every cell's mass and every level's sum: a periodic pattern of 10⁴
+    values is not 10⁴ sums per point (it was: 7.8 s predicted as 2.8e6, the default ``fine`` 0.22 s
+    predicted as 8.5e6). The estimate counts every cell enumerated, the quadrature only those of the
+    levels above the lowest (half of ``fine``'s), hence the factor."""
+    counted = [0]
+    mass, held = world1d._mass, StepReward.held_probabilities
+
+    def counting_mass(lo, hi, mean, std, safe):
+        counted[0] += mean.size
+        return mass(lo, hi, mean, std, safe)
+
+    def counting_held(reward, mean, std, levels):
+        for i, p in held(reward, mean, std, levels):
+            counted[0] += p.size
+            yield i, p
+
+    monkeypatch.setattr(world1d, "_mass", counting_mass)
+    monkeypatch.setattr(StepReward, "held_probabilities", counting_held)
+    monkeypatch.setattr(world1d, "QUAD_STEP", TEST_STEP)
+    for world, name in [(MANY_VALUES, "many"), *DEFAULT_CASES]:
+        for sigma in (0.04, 0.5, 1.0):
+            points, _, work = world.exact_work(name, np.array([sigma]))
+            counted[0] = 0
+            world.exact_discriminability(name, sigma, 2.0, BETA, quad_step=TEST_STEP)
+            predicted = work[0] - points[0] * len(world.means) * world1d.POSTERIOR_COST
+            assert counted[0] <= predicted <= 2.5 * counted[0], (name, sigma, counted[0], predicted)
+
+
+def level_probability(reward: StepReward, mean: np.ndarray, std: np.ndarray, level: float) -> np.ndarray:
+    """P(r = level) under N(mean, std²) [N, J], straightforwardly: its cells' masses summed from zeros, left
+    to right, among every cell within 12 stds of the means (all of them, for explicit cells)."""
+    reach = (mean.min() - 12 * std.max(), mean.max() + 12 * std.max())
+    total = np.zeros(mean.shape)
+    for lo, hi, value in reward.cells(*reach):
+        if value == level:
+            total = total + world1d._mass(lo, hi, mean, std, std)
+    return total
+
+
+def straightforward_d(world: World1D, name: str, sigma: float, alpha: float) -> float:
+    """E4 as the quadrature did before it skipped any level: every level's probability at every point,
+    in one chunk (a reference for the skipping code, which must agree to the last bit)."""
+    reward = world.reward(name)
+    levels = reward.levels
+    lifts = [np.expm1((u - levels[0]) / BETA) for u in levels[1:]]
+    z = 1.0 + sum(lift * float(world.w @ level_probability(reward, world.mu, world.s, u))
+                  for lift, u in zip(lifts, levels[1:]))
+    lo, hi = (float(end[0]) for end in world.quadrature_span(np.array([sigma])))
+    x = np.arange(lo, hi + TEST_STEP, TEST_STEP)
+    log_marginal, post_w, post_mean, post_std = world.posterior(x, sigma)
+    h = 1.0 + sum(lift * (post_w * level_probability(reward, post_mean, post_std, u)).sum(axis=1)
+                  for lift, u in zip(lifts, levels[1:]))
+    part = world1d._renyi_part(h / z, np.exp(log_marginal) * TEST_STEP, alpha)
+    return part if alpha == 1.0 else float(logsumexp([part]) / (alpha - 1.0))
+
+
+@pytest.mark.parametrize("name", ["some", *DEFAULT_WORLD.reward_names])
+def test_skipping_the_levels_without_cells_changes_no_bit(name):
+    """The exact D equals the straightforward quadrature to the last bit, with levels skipped (``some``) and
+    without (the default rewards; test_world_setting checks their whole table at the full step against the
+    shipped example)."""
+    world = SOME_VALUES if name == "some" else DEFAULT_WORLD
+    for sigma in (0.04, 0.5, 1.0):
+        for alpha in (1.0, 2.0):
+            assert world.exact_discriminability(name, sigma, alpha, BETA, quad_step=TEST_STEP) == \
+                straightforward_d(world, name, sigma, alpha), (name, sigma, alpha)
+
+
 # ---------------------------------------------------------------------- finding 16: the real cause, named
 
 
@@ -165,19 +253,18 @@ def test_the_quadrature_in_chunks_is_the_quadrature_whole(monkeypatch):
 def test_reward_values_too_large_for_beta_are_named_as_such(tmp_path, value):
     path = setting(tmp_path, RARE.replace("threshold = 2.7", "threshold = 0.0").replace("100", value), TWO,
                    kind="gmm1d")
-    needle = "[world.rewards.r] values reach"
+    needle = f"[world.rewards.r] values span 0 to {float(value):g}, too wide for β = 0.5"
     for args in (["check-setting", path],
                  ["estimate", "--policy", path, "--rewards", "r", "--exact", "--out", tmp_path / "x.parquet"],
                  ["estimate", "--policy", path, "--rewards", "r", "--n", "4", "--k", "1", "--p", "1",
                   "--out", tmp_path / "s.parquet"]):
         refused(tmp_path, args, needle)
-    assert "too large for β = 0.5" in invoke("check-setting", path).stderr
 
 
 def test_a_beta_too_small_for_the_rewards_is_named_before_any_nan(tmp_path):
     refused(tmp_path, ["estimate", "--policy", "gmm1d", "--rewards", "coarse", "--exact", "--beta", "0.001",
                        "--steps", "3", "--out", tmp_path / "x.parquet"],
-            "reward 'coarse' of gmm1d: values reach 1, too large for β = 0.001")
+            "reward 'coarse' of gmm1d: values span 0 to 1, too wide for β = 0.001")
     scores = np.zeros((2, 3, 4, 2, 1))
     scores[:, :, :, :, 0] = 1e300
     with pytest.raises(BadInput, match="too large for β = 0.5 and α = 2: the log-weights"):
@@ -212,3 +299,63 @@ def test_a_static_arm_on_an_overflowing_world_is_refused_as_the_setting_is_read(
     path = setting(tmp_path, WIDE.format(m=-1e308, M=1e308), '["r"]')
     refused(tmp_path, ["train", "--setting", path, "--weights", "static", "--out", tmp_path / "run"],
             "[world] means must lie within ±1e+06")
+
+
+# ---------------------------------------------------------------------- the tilt is the values' spread
+
+#: One threshold twice: as 0/1, and as 200/201 (refused while the bound was |r|/β ≤ 350, though every exp
+#: of a value over β is taken relative to another value).
+SHIFTED = ("[world]\nmeans = [-1.0, 1.0]\nstds = 0.25\n\n[world.rewards.a]\nthreshold = 0.3\n\n"
+           "[world.rewards.b]\nthreshold = 0.3\nbelow = 200\nabove = 201\n")
+
+
+def test_values_far_from_zero_tilt_as_their_spread_does(tmp_path):
+    path = setting(tmp_path, SHIFTED, '["a", "b"]', kind="gmm1d")
+    check = invoke("check-setting", path)
+    assert check.exit_code == 0, check.stderr
+    out = tmp_path / "exact.parquet"
+    result = invoke("estimate", "--policy", path, "--rewards", "a,b", "--exact", "--steps", "4", "--out", out)
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    table = read_gains(out)
+    assert table.rewards == ("a", "b") and np.array_equal(table.D[0], table.D[1]) and table.D[0, 0] > 0
+    world = load_setting(str(path)).policy.world
+    assert np.array_equal(world.sample_positive("a", 500, seed=1, beta=BETA),
+                          world.sample_positive("b", 500, seed=1, beta=BETA))
+    assert world.positive_acceptance("a") == world.positive_acceptance("b")
+
+
+SPREADS = {
+    "(-175, 175), the widest before": ("below = -175\nabove = 175", None),
+    "(0, 351)": ("below = 0\nabove = 351", "[world.rewards.a] values span 0 to 351, too wide for β = 0.5: the tilt "
+                 "exp((r − r_min)/β) reaches e^702 and overflows float64; keep (r_max − r_min)/β <= 700"),
+    "(1e7, 1e7 + 1)": ("below = 1e7\nabove = 10000001",
+                       "[world.rewards.a] values must lie within ±1e+06, got 10000000.0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPREADS))
+def test_a_spread_too_wide_for_beta_or_a_value_too_large_is_one_line(tmp_path, case):
+    values, needle = SPREADS[case]
+    path = setting(tmp_path, f"[world]\nmeans = [-1.0, 1.0]\nstds = 0.25\n\n[world.rewards.a]\nthreshold = 0.0\n"
+                             f"{values}\n\n[world.rewards.s]\nthreshold = 0.0\n", '["a", "s"]', kind="gmm1d")
+    if needle is None:
+        check = invoke("check-setting", path)
+        assert check.exit_code == 0, check.stderr
+    else:
+        refused(tmp_path, ["check-setting", path], needle)
+
+
+def test_the_pold_kl_is_shifted_so_a_wide_reward_spread_cannot_overflow():
+    """E8 at α = 1 (mean_n ĥ log ĥ / Ẑ − log Ẑ) equals its unshifted form where that is finite, and stays
+    finite where exp(ĥ − log Ẑ) alone would overflow (log-weights 700 apart: the widest spread a world allows)."""
+    from scipy.special import logsumexp
+
+    from recast_cli.estimate.gains import discriminability_pold
+
+    lh = np.random.default_rng(0).normal(size=(3, 16, 5, 2))
+    log_z = logsumexp(lh[:, :, 0], axis=1) - np.log(16)
+    plain = np.mean(np.exp(lh - log_z[:, None, None, :]) * lh, axis=1) - log_z[:, None, :]
+    assert np.allclose(discriminability_pold(lh, 1.0), plain, rtol=0, atol=1e-12)
+    wide = np.zeros((1, 64, 3, 1))
+    wide[0, :32] = 700.0  # half the draws at the top value: D = KL = log 2 at every step
+    assert np.allclose(discriminability_pold(wide, 1.0), np.log(2), rtol=0, atol=1e-9)  # 700 − 699.3: round-off of 700

@@ -91,8 +91,10 @@ def discriminability_pold(lh: np.ndarray, alpha: float) -> np.ndarray:
     """
     n = lh.shape[1]
     log_z = logsumexp(lh[:, :, 0], axis=1) - np.log(n)
-    if alpha == 1.0:
-        weighted = np.mean(np.exp(lh - log_z[:, None, None, :]) * lh, axis=1)
+    if alpha == 1.0:  # mean_n ĥ·log ĥ / Ẑ, the exponent shifted by its largest value so that it cannot overflow
+        d = lh - log_z[:, None, None, :]
+        top = d.max(axis=1, keepdims=True)
+        weighted = np.exp(top[:, 0]) * np.mean(np.exp(d - top) * lh, axis=1)
         return weighted - log_z[:, None, :]
     return (logsumexp(alpha * lh, axis=1) - np.log(n)) / (alpha - 1.0) - alpha / (alpha - 1.0) * log_z[:, None, :]
 

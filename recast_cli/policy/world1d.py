@@ -47,9 +47,15 @@ MAX_COORDINATE = 1e6
 MIN_STD = 1e-6
 #: β of the analytic worlds: π⁺ ∝ π^old·exp(r/β) with the raw reward (METHOD.md §4).
 BETA = 0.5
-#: The largest |r|/β of any reward value r: exp(r/β), and the ratio of two such (up to e^{2·MAX_TILT}),
-#: stay inside float64, whose largest number is about e^709.
-MAX_TILT = 350.0
+#: The largest tilt (r_max − r_min)/β of a reward: every exp of a reward over β is taken relative to one of
+#: its values (rejection's exp((r − r_max)/β), the π⁺ CDF's and cell sampler's, the exact D's
+#: expm1((u − u_0)/β)), so it stays within e^{±700} ≈ 1e±304, inside float64 (largest about e^709.8) with
+#: room for a factor of 10⁴ (the KL's ratio·log ratio, at most e^700·700).
+MAX_TILT = 700.0
+#: The largest |r| of a reward value, like MAX_COORDINATE for places: r/β and its α-multiples (the sampled
+#: estimate's log-weights, ``estimate.gains.MAX_LOG_WEIGHT``), the trainer's advantages and means stay far
+#: inside float64.
+MAX_VALUE = 1e6
 #: The exact estimate's quadrature step over x_σ (E4).
 QUAD_STEP = 5e-4
 #: Quadrature points × components the exact estimate holds at once: its float64 arrays [points, J] are
@@ -59,7 +65,8 @@ QUAD_CHUNK = 1 << 20
 #: there (measured: a two-cell reward costs as much per point as about ten cells' masses).
 POSTERIOR_COST = 8
 #: The most work the exact D of one reward may take at one noise level: quadrature points × components ×
-#: (cells enumerated + POSTERIOR_COST), about two seconds on one CPU core.
+#: (cells enumerated + levels they hold + POSTERIOR_COST), a few seconds on one CPU core (a level's sum
+#: costs about as much as a cell's mass).
 MAX_LEVEL_WORK = 1e8
 #: The most work one exact gain table may take: the sum over its rewards, noise levels and α (minutes).
 MAX_EXACT_WORK = 2e10
@@ -154,30 +161,34 @@ class StepReward:
             grouped.setdefault(value, []).append((a, b))
         return grouped
 
-    def probabilities(self, mean: np.ndarray, std: np.ndarray, levels) -> Iterator[np.ndarray]:
-        """P(r(x) = u) under N(mean, std²) for each u of ``levels`` in turn, elementwise; std = 0
-        gives the indicator at ``mean``.
+    def held_probabilities(self, mean: np.ndarray, std: np.ndarray, levels) -> Iterator[tuple[int, np.ndarray]]:
+        """(i, P(r(x) = levels[i]) under N(mean, std²)) for each level that holds a cell within reach of
+        the means, in order, elementwise; std = 0 gives the indicator at ``mean``. Every other level's
+        probability is exactly 0 there, and is skipped: the work is that of the cells, however many
+        values the reward has (a periodic pattern may hold 10⁴ values, a few of them near the means).
 
-        A sum of ndtr differences over the cells that hold u, left to right; periodic cells are
-        enumerated once, over [min mean − 12·max std, max mean + 12·max std]. One level's array is
-        made at a time (a generator), so the memory is that of one level whatever their number.
+        A sum of ndtr differences over the cells that hold the level, left to right; periodic cells are
+        enumerated once, over [min mean − 12·max std, max mean + 12·max std]. One level's array is made
+        at a time (a generator), so the memory is that of one level whatever their number.
         """
         mean, std = np.broadcast_arrays(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
         if mean.size == 0:
-            for _ in levels:
-                yield np.zeros(mean.shape)
             return
         safe = np.where(std > 0, std, 1.0)
         grouped = self.level_cells(mean.min() - REACH * std.max(), mean.max() + REACH * std.max())
-        for level in levels:
+        for i, level in enumerate(levels):
+            if level not in grouped:
+                continue
             total = np.zeros(mean.shape)
-            for lo, hi in grouped.get(level, ()):
+            for lo, hi in grouped[level]:
                 total = total + _mass(lo, hi, mean, std, safe)
-            yield total
+            yield i, total
 
     def probability(self, mean: np.ndarray, std: np.ndarray, level: float) -> np.ndarray:
-        """P(r(x) = level) under N(mean, std²), elementwise (:meth:`probabilities` of one level)."""
-        return next(self.probabilities(mean, std, (level,)))
+        """P(r(x) = level) under N(mean, std²), elementwise (:meth:`held_probabilities` of one level, 0
+        where it holds no cell near the means)."""
+        held = next(self.held_probabilities(mean, std, (level,)), None)
+        return held[1] if held is not None else np.zeros(np.broadcast_shapes(np.shape(mean), np.shape(std)))
 
     def describe(self) -> dict[str, Any]:
         """The definition as JSON (explicit cells, or the periodic cells)."""
@@ -463,11 +474,13 @@ class World1D:
     def exact_work(self, name: str, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What the exact D of reward ``name`` costs at each σ of ``sigmas``, known before any array is
         built: (quadrature points [S], cells enumerated [S], work [S] = points × components × (cells +
-        POSTERIOR_COST)); σ = 0 needs no quadrature (work 0).
+        levels + POSTERIOR_COST)); σ = 0 needs no quadrature (work 0).
 
         The cells are those P(r = u | x_σ) sums over: the explicit cells, or the periodic cells over
         the posterior means' range ± REACH posterior stds (each posterior mean is linear and
         increasing in x, so its range is that of the grid's ends, the last within QUAD_STEP past hi).
+        The levels are those above the lowest that these cells can hold (:func:`held_levels`): each is
+        one more sum over the components at every point; a level without a cell there costs nothing.
         """
         reward = self.reward(name)
         sigma = np.asarray(sigmas, dtype=np.float64)
@@ -480,7 +493,8 @@ class World1D:
         first = (self.mu + gain * (lo[:, None] - keep * self.mu)).min(axis=1) - reach
         last = (self.mu + gain * (hi[:, None] + QUAD_STEP - keep * self.mu)).max(axis=1) + reach
         cells = np.array([reward.count_cells(a, b) for a, b in zip(first.tolist(), last.tolist())])
-        work = np.where(sigma > 0, points * len(self.means) * (cells + POSTERIOR_COST), 0.0)
+        work = np.where(sigma > 0, points * len(self.means) * (cells + held_levels(reward, cells) + POSTERIOR_COST),
+                        0.0)
         return points, cells, work
 
     def exact_discriminability(self, name: str, sigma: float, alpha: float, beta: float,
@@ -491,7 +505,7 @@ class World1D:
         Σ_{k≥1} (e^{(u_k − u_0)/β} − 1)·P(r = u_k | x_σ = x)) (E3; the factor cancels in h/Z),
         Z = E[exp(r/β)], D_α = 1/(α−1)·log E_{π^old_σ}[(h/Z)^α] (summed in the log domain, so a
         large α cannot overflow), and for α = 1 the KL E[(h/Z)·log(h/Z)]. Any α > 0 and β > 0 with
-        |r|/β ≤ MAX_TILT (``check_tilt``). The quadrature runs in chunks of QUAD_CHUNK points ×
+        (u_max − u_0)/β ≤ MAX_TILT (``check_tilt``). The quadrature runs in chunks of QUAD_CHUNK points ×
         components: its memory is bounded; its time is what ``exact_work`` says.
         """
         if not alpha > 0 or not beta > 0:
@@ -499,7 +513,9 @@ class World1D:
         reward = self.reward(name)
         levels = reward.levels
         lifts = [np.expm1((u - levels[0]) / beta) for u in levels[1:]]
-        p_data = [float(self.w @ p) for p in reward.probabilities(self.mu, self.s, levels[1:])]
+        p_data = [0.0] * len(lifts)
+        for k, p in reward.held_probabilities(self.mu, self.s, levels[1:]):
+            p_data[k] = float(self.w @ p)
         z = 1.0 + sum(lift * p for lift, p in zip(lifts, p_data))
         if sigma == 0.0:
             ratio = np.array([np.exp((u - levels[0]) / beta) for u in levels[1:]] + [1.0]) / z
@@ -511,8 +527,10 @@ class World1D:
             parts = []
             for start in range(0, len(x), chunk):
                 log_marginal, post_w, post_mean, post_std = self.posterior(x[start:start + chunk], sigma)
-                h = 1.0 + sum(lift * (post_w * p).sum(axis=1)
-                              for lift, p in zip(lifts, reward.probabilities(post_mean, post_std, levels[1:])))
+                # only the levels with a cell near this chunk's posteriors: the others add exactly 0
+                h = 1.0 + sum((lifts[k] * (post_w * p).sum(axis=1)
+                               for k, p in reward.held_probabilities(post_mean, post_std, levels[1:])),
+                              np.zeros(log_marginal.shape))
                 parts.append(_renyi_part(h / z, np.exp(log_marginal) * quad_step, alpha))
         if alpha == 1.0:
             return float(sum(parts))
@@ -553,7 +571,7 @@ def check_world(world: World1D) -> None:
             raise BadInput(f"[world] {key} must be finite numbers, got {bad[0]!r}")
     if min(world.stds) <= 0:
         raise BadInput(f"[world] stds must be > 0, got {min(world.stds)!r}")
-    _check_coordinates("[world] means", world.means)
+    _check_within("[world] means", world.means)
     bad = [v for v in world.stds if not MIN_STD <= v <= MAX_COORDINATE]
     if bad:
         raise BadInput(f"[world] stds must be from {MIN_STD:g} to {MAX_COORDINATE:g}, got {bad[0]!r}")
@@ -584,6 +602,12 @@ def check_world(world: World1D) -> None:
 WORK_SIGMAS = np.linspace(0.0, 1.0, 101)[1:]
 
 
+def held_levels(reward: StepReward, cells: np.ndarray) -> np.ndarray:
+    """How many levels above the lowest ``cells`` enumerated cells of ``reward`` can hold: all of them for
+    explicit cells, at most one per cell for a periodic pattern (of 10⁴ values, a few near the means)."""
+    return np.minimum(cells, len(reward.levels) - 1)
+
+
 def check_level_work(world: World1D, name: str) -> None:
     """BadInput unless the exact D of reward ``name`` takes at most MAX_LEVEL_WORK at every noise level
     (:meth:`World1D.exact_work`): a world whose quadrature grid or cell enumeration is too large is
@@ -592,11 +616,12 @@ def check_level_work(world: World1D, name: str) -> None:
     i = int(np.argmax(work))
     if work[i] > MAX_LEVEL_WORK:
         lo, hi = (float(end[0]) for end in world.quadrature_span(WORK_SIGMAS[i:i + 1]))
+        levels = held_levels(world.reward(name), cells[i])
         raise BadInput(f"[world.rewards.{name}]: its exact estimate needs {points[i]:.3g} quadrature points "
                        f"(x_σ in [{lo:.4g}, {hi:.4g}] by {QUAD_STEP:g}) × {len(world.means)} components × "
-                       f"({cells[i]:.3g} cells + {POSTERIOR_COST}) = {work[i]:.3g} evaluations at σ = "
-                       f"{WORK_SIGMAS[i]:.2f}; at most {MAX_LEVEL_WORK:g} per noise level are allowed (bring "
-                       "the means closer, or use fewer components or cells)")
+                       f"({cells[i]:.3g} cells + {levels:.3g} levels + {POSTERIOR_COST}) = {work[i]:.3g} "
+                       f"evaluations at σ = {WORK_SIGMAS[i]:.2f}; at most {MAX_LEVEL_WORK:g} per noise level are "
+                       "allowed (bring the means closer, or use fewer components, cells or distinct values)")
 
 
 def check_exact_work(world: World1D, rewards, sigmas: np.ndarray, alphas: int) -> None:
@@ -610,19 +635,23 @@ def check_exact_work(world: World1D, rewards, sigmas: np.ndarray, alphas: int) -
 
 
 def check_tilt(where: str, reward: StepReward, beta: float, fix: str = "scale the reward down") -> None:
-    """BadInput unless every value r of ``reward`` has |r|/β ≤ MAX_TILT: exp(r/β) and every ratio of two
-    such stay inside float64 (naming the real cause, before any exp overflows; ``fix``: what to do)."""
-    top = max(abs(v) for v in reward.values)
-    if not top / beta <= MAX_TILT:
-        raise BadInput(f"{where} values reach {top:g}, too large for β = {beta:g}: exp(r/β) = e^{top / beta:.4g} "
-                       f"overflows float64; keep |r|/β <= {MAX_TILT:g} (|r| <= {MAX_TILT * beta:g}): {fix}")
+    """BadInput unless ``reward``'s values span at most MAX_TILT·β: every exp of a value over β is taken
+    relative to another value, so only the spread (r_max − r_min)/β can overflow — (200, 201) tilts as
+    (0, 1) does. Names the real cause before any exp overflows (``fix``: what to do); Python floats, so
+    an absurd spread warns of nothing."""
+    low, high = min(reward.values), max(reward.values)
+    tilt = (high - low) / beta
+    if not tilt <= MAX_TILT:
+        raise BadInput(f"{where} values span {low:g} to {high:g}, too wide for β = {beta:g}: the tilt "
+                       f"exp((r − r_min)/β) reaches e^{tilt:.4g} and overflows float64; keep (r_max − r_min)/β "
+                       f"<= {MAX_TILT:g} (a spread <= {MAX_TILT * beta:g}): {fix}")
 
 
-def _check_coordinates(where: str, values) -> None:
-    """BadInput unless every number of ``values`` lies within ±MAX_COORDINATE."""
-    bad = [v for v in values if abs(v) > MAX_COORDINATE]
+def _check_within(where: str, values, limit: float = MAX_COORDINATE) -> None:
+    """BadInput unless every number of ``values`` lies within ±``limit`` (a place on the line by default)."""
+    bad = [v for v in values if abs(v) > limit]
     if bad:
-        raise BadInput(f"{where} must lie within ±{MAX_COORDINATE:g}, got {bad[0]!r}")
+        raise BadInput(f"{where} must lie within ±{limit:g}, got {bad[0]!r}")
 
 
 def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
@@ -634,7 +663,7 @@ def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
         bad = [e for e in reward.edges if not _finite(e)]
         if bad:
             raise BadInput(f"{where} edges must be finite numbers, got {bad[0]!r}")
-        _check_coordinates(f"{where} edges", reward.edges)
+        _check_within(f"{where} edges", reward.edges)
         if any(b <= a for a, b in zip(reward.edges, reward.edges[1:])):
             raise BadInput(f"{where} edges must be strictly increasing (sorted, no repeats), got "
                            f"{_short(reward.edges)}")
@@ -644,11 +673,12 @@ def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
                            f"phase = {reward.phase!r}")
         if not reward.values:
             raise BadInput(f"{where} needs a pattern: the values of consecutive cells, repeated")
-        _check_coordinates(f"{where} cell and phase", (reward.cell, reward.phase))
+        _check_within(f"{where} cell and phase", (reward.cell, reward.phase))
     bad = [v for v in reward.values if not _finite(v)]
     if bad:
         raise BadInput(f"{where} values must be finite numbers, got {bad[0]!r}")
     check_tilt(where, reward, BETA)
+    _check_within(f"{where} values", reward.values, MAX_VALUE)
     cells = reward.count_cells(lo, hi)
     if cells > MAX_CELLS:
         shown = "more than 10^300" if not math.isfinite(cells) else f"{int(cells)}"

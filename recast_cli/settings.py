@@ -12,12 +12,13 @@ uses it (``[train]`` in ``train/config.py``, ``[evaluate]`` in ``evaluate/config
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -298,3 +299,39 @@ def build_policy(spec: PolicySpec, device: str | None = None, steps: int | None 
         folder, steps=steps, guidance_scale=spec.guidance_scale if guidance_scale is None else guidance_scale,
         resolution=spec.resolution, max_sequence_length=spec.max_sequence_length, precision=spec.precision,
         device=device, offload_text_encoders=spec.offload_text_encoders, trainable=trainable)
+
+
+# --------------------------------------------------------------------------- what a setting's runs are made of
+
+
+def digest(value: Any) -> str:
+    """The sha256 of ``value`` as canonical JSON (sorted keys, no spaces; tuples as lists; a dataclass as
+    its compared fields; a path, or a TOML date, as its text): equal exactly when the content is."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_canonical)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value) if f.compare}  # a world's label is no part
+    return str(value)
+
+
+def world_of(setting: Setting) -> Any:
+    """The analytic world a gmm1d or flow1d setting's runs live in, resolved (its ``[world]``, or
+    METHOD.md §4's: a ``[world]`` equal to the default is the same world); None for an image policy."""
+    return analytic_world(setting.policy) if setting.policy.kind in ANALYTIC_KINDS else None
+
+
+def file_digest(path: str | Path) -> str | None:
+    """The sha256 of the file at ``path``; None when there is none (a named prompt set such as ``toy``)."""
+    path = Path(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def policy_inputs(setting: Setting) -> dict[str, str]:
+    """Label → digest of the policy and the world a setting's runs live in: its resolved ``[policy]``
+    (less its world) and ``[world]`` (the analytic world; METHOD.md §4's when the setting has none). What
+    ``recast study`` records per cell and gain table, ``recast estimate`` in its run id and ``recast
+    train`` per run: a file made under others is never reused."""
+    return {"[policy]": digest(replace(setting.policy, world=None)), "[world]": digest(world_of(setting))}

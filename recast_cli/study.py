@@ -23,18 +23,16 @@ The sweep is the setting's ``[study]`` table (``load_study`` → ``StudySpec``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
 import shlex
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
-from recast_cli.settings import ANALYTIC_KINDS, Setting, analytic_world, load_setting, parse_table
+from recast_cli.settings import Setting, digest, file_digest, load_setting, parse_table, world_of
 from recast_cli.train.config import config_from_setting, skip_clean_of
 
 #: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
@@ -279,37 +277,12 @@ def _positives_source(value: Any, setting_file: Path, where: str) -> str:
 # --------------------------------------------------------------------------- what determines an artifact
 
 
-def digest(value: Any) -> str:
-    """The sha256 of ``value`` as canonical JSON (sorted keys, no spaces; tuples as lists; a dataclass as
-    its compared fields; a path, or a TOML date, as its text): equal exactly when the content is."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False, default=_canonical)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _canonical(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in fields(value) if f.compare}  # a world's label is no part
-    return str(value)
-
-
-def world_of(setting: Setting) -> Any:
-    """The analytic world a gmm1d or flow1d setting's runs live in, resolved (its ``[world]``, or
-    METHOD.md §4's: a ``[world]`` equal to the default is the same world); None for an image policy."""
-    return analytic_world(setting.policy) if setting.policy.kind in ANALYTIC_KINDS else None
-
-
 def table_content(setting: Setting, name: str) -> dict[str, Any]:
     """The setting's table ``name`` as written, and the content of the prompts file it names (a file's
     content is what a recipe reads, not its name)."""
     table = setting.raw.get(name)
     prompts = table.get("prompts") if isinstance(table, dict) else None
     return {"table": table, "prompts": file_digest(setting.file.parent / prompts) if isinstance(prompts, str) else None}
-
-
-def file_digest(path: str | Path) -> str | None:
-    """The sha256 of the file at ``path``; None when there is none (a named prompt set such as ``toy``)."""
-    path = Path(path)
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 #: the ``[study]`` keys the gain tables are estimated with (the exact table: the first three)

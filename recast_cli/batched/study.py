@@ -33,15 +33,13 @@ from recast_cli.artifacts.cells import CELL_FORMAT, MADE_FROM, TRAIN_QUANTITIES
 from recast_cli.artifacts.io import atomic_write_bytes, json_loads
 from recast_cli.artifacts.outputs import refuse_foreign_file
 from recast_cli.errors import BadInput
-from recast_cli.settings import Setting, load_setting
-from recast_cli.study import ESTIMATE_KEYS, EXACT_KEYS, ArmSpec, StudySpec, digest, file_digest, load_study, world_of
+from recast_cli.settings import Setting, digest, file_digest, load_setting, policy_inputs, world_of
+from recast_cli.study import ESTIMATE_KEYS, EXACT_KEYS, ArmSpec, StudySpec, load_study
 from recast_cli.train.config import TrainConfig, config_from_setting, skip_clean_of, trained_steps
 
 #: ``OUT/study.json``: the digests of the inputs of every gain table and W file of the study
 RECORD_NAME = "study.json"
 RECORD_SCHEMA = "recast.study-inputs/1"
-#: the finished pieces of an estimate's ``OUT.parts/`` (``estimate/stage.py``)
-ESTIMATE_PIECES = "prompt-*.safetensors"
 
 
 @dataclass(frozen=True)
@@ -198,9 +196,10 @@ def gain_paths(plan: StudyPlan) -> dict[str, Path]:
 def gain_inputs(plan: StudyPlan, which: str) -> dict[str, str]:
     """Label → digest of each input of the ``exact`` or ``estimate`` gain table: the exact table is the
     world's (and the estimate's options), the sampled estimate also the base policy's."""
-    inputs = {"format": str(CELL_FORMAT), "[world]": digest(world_of(plan.setting))}
+    made = policy_inputs(plan.setting)
+    inputs = {"format": str(CELL_FORMAT), "[world]": made["[world]"]}
     if which == "estimate":
-        inputs["[policy]"] = digest(replace(plan.setting.policy, world=None))
+        inputs["[policy]"] = made["[policy]"]
     keys = EXACT_KEYS if which == "exact" else ESTIMATE_KEYS
     inputs["[study] gains options"] = digest({k: getattr(plan.study, k) for k in keys})
     return inputs
@@ -225,8 +224,7 @@ def cell_inputs(plan: StudyPlan, cell: CellPlan, w) -> dict[str, str]:
     from recast_cli.train.plan import weights_key
 
     recipe = {**asdict(cell.cfg), "prompts": file_digest(cell.cfg.prompts)}
-    return {**weights_inputs(plan, cell), "[world]": digest(world_of(plan.setting)),
-            "[policy]": digest(replace(plan.setting.policy, world=None)), "[train]": digest(recipe),
+    return {**weights_inputs(plan, cell), **policy_inputs(plan.setting), "[train]": digest(recipe),
             "[evaluate] n": digest(plan.eval_n), "[evaluate] seed": digest(plan.eval_seed),
             "seed list": digest(plan.seeds), "W": weights_key(w)}
 
@@ -265,11 +263,13 @@ def check_record(plan: StudyPlan, force: bool) -> None:
     OUT/study.json: another one is refused (:func:`stale`), or with ``force`` removed (recast's own
     files only: a file of another kind is refused). Then record this plan's inputs, before any is
     computed, so that whatever is left of a killed computation is known to be of them."""
+    from recast_cli.estimate.stage import PIECES
+
     path = plan.out / RECORD_NAME
     record = read_record(path)
     for name, (inputs, files) in record_entries(plan).items():
         parts = parts_dir(files[0][0])
-        pieces = sorted(p.name for p in parts.glob(ESTIMATE_PIECES)) if parts.is_dir() else []
+        pieces = sorted(p.name for p in parts.glob(PIECES)) if parts.is_dir() else []
         why = changed_inputs(record.get(name), inputs)
         if why is not None and (pieces or any(f.exists() or f.is_symlink() for f, _ in files)):
             if not force:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from recast_cli import bounds
@@ -39,9 +40,16 @@ class EstimateConfig:
     positives: str | None = None
     prompts_file: str | None = None
 
-    def run_id(self) -> str:
-        """Identifies the rollouts: shards of one run share it (batch size does not change results)."""
-        fixed = {k: v for k, v in asdict(self).items() if k != "batch_size"}
+    def run_id(self, made_from: Mapping[str, str] | None = None) -> str:
+        """Identifies the rollouts: shards of one run share it (batch size does not change results).
+
+        ``made_from``: label → digest of what fixes them beyond these flags, which name files and
+        settings by path (``estimate.stage.rollout_inputs``: a setting's resolved ``[policy]`` and
+        ``[world]``, the model's weights, ...): the parts of a run whose setting changed since are
+        another run's, never resumed. None or empty (``--policy gmm1d``): the flags alone."""
+        fixed: dict[str, object] = {k: v for k, v in asdict(self).items() if k != "batch_size"}
+        if made_from:
+            fixed["made_from"] = dict(made_from)
         return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:16]
 
 

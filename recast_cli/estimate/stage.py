@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -31,6 +30,7 @@ from recast_cli.artifacts import (
     bad_piece,
     claim_output,
     finish_parts,
+    json_loads,
     open_parts,
     parts_dir,
     read_array_piece,
@@ -38,6 +38,8 @@ from recast_cli.artifacts import (
     write_gains,
     write_scores,
 )
+from recast_cli.artifacts.cells import MADE_FROM
+from recast_cli.artifacts.parts import MARKER_NAME
 from recast_cli.errors import BadInput
 from recast_cli.estimate.gains import estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
@@ -46,6 +48,10 @@ from recast_cli.policy.world1d import BETA, check_exact_work, check_tilt
 from recast_cli.estimate.config import (EstimateConfig, GainOptions, check_bootstrap_cells, check_config,
                                         check_gain_options, check_score_cells, parse_shard)
 from recast_cli.estimate.worlds import World, build_world, exact_world
+
+
+#: The finished pieces of ``OUT.parts/``: one per prompt.
+PIECES = "prompt-*.safetensors"
 
 
 def output_paths(out: Path, alphas: Sequence[float]) -> list[Path]:
@@ -105,12 +111,12 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     mine = [j for j in wanted if j % procs.size == procs.rank]
     check_score_cells(cfg, len(wanted))  # P is known once the world is (a prompts file, the positives)
     parts = parts_dir(out)
-    run_id = cfg.run_id()
-    if "adapter_sha256" in world.policy_info:  # a run folder's latest checkpoint changes as it trains
-        run_id = hashlib.sha256(f"{run_id}:{world.policy_info['adapter_sha256']}".encode()).hexdigest()[:16]
+    made_from = rollout_inputs(cfg, world)
+    run_id = cfg.run_id(made_from)
     lock = None
     if procs.rank == 0:
-        lock = open_parts(out, run_id, {"config": asdict(cfg)}, pieces="prompt-*.safetensors",
+        refuse_other_inputs(out, run_id, made_from)
+        lock = open_parts(out, run_id, {"config": asdict(cfg), MADE_FROM: made_from}, pieces=PIECES,
                           writer="another recast estimate", what="run")
     try:
         procs.wait()
@@ -169,6 +175,56 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     finally:
         if lock is not None:
             lock.release()
+
+
+def rollout_inputs(cfg: EstimateConfig, world: World) -> dict[str, str]:
+    """Label → digest of what fixes the rollouts beyond the flags, which name settings and files by
+    path: the setting's resolved ``[policy]`` and ``[world]`` (as ``recast study`` records them for its
+    gain tables) and its ``[rewards.*]`` options, a model's weights, a checkpoint's network or LoRA (a
+    run folder's latest changes as it trains), the positives' manifest, a ``--prompts`` file's prompts.
+    The run id holds them (:meth:`EstimateConfig.run_id`): the parts of a run made of other inputs
+    are never resumed. ``--policy gmm1d`` has none: the flags fix METHOD.md §4's world."""
+    from recast_cli.settings import digest, load_setting, policy_inputs
+
+    inputs: dict[str, str | None] = {}
+    if "setting" in world.policy_info:  # the file the world was built from (a run's: its setting)
+        setting = load_setting(world.policy_info["setting"])
+        inputs = {**policy_inputs(setting), "[rewards]": digest(setting.raw.get("rewards"))}
+    inputs.update({"model weights": world.policy_info.get("weights_sha256"),
+                   "checkpoint": world.policy_info.get("adapter_sha256"),
+                   "positives": world.positives_info.get("sha256"),
+                   "prompts": digest(world.prompts) if cfg.prompts_file is not None else None})
+    return {label: value for label, value in inputs.items() if value is not None}
+
+
+def refuse_other_inputs(out: Path, run_id: str, made_from: dict[str, str]) -> None:
+    """One line naming what changed when ``OUT.parts/`` holds finished prompts of a run with the same
+    flags but other inputs (:func:`rollout_inputs`: a setting's ``[world]`` edited since, ...), or of an
+    older recast's run, which recorded none. Any other run's parts are refused by ``open_parts``."""
+    parts = parts_dir(out)
+    marker = parts / MARKER_NAME
+    if not (marker.is_file() and any(parts.glob(PIECES))):
+        return
+    try:
+        record = json_loads(marker.read_bytes(), str(marker))
+    except (OSError, ValueError):  # unreadable: not this run's, which open_parts says
+        return
+    if not isinstance(record, dict) or record.get("run_id") == run_id or not made_from:
+        return
+    made = record.get(MADE_FROM)
+    fix = "remove that folder to start this run again, or choose another --out"
+    if not isinstance(made, dict):
+        raise BadInput(f"{parts} holds partial results of a run of an older recast, which recorded no "
+                       f"{_labels(list(made_from))}; {fix}")
+    changed = [label for label in {**made, **made_from} if made.get(label) != made_from.get(label)]
+    if changed:
+        raise BadInput(f"{parts} holds partial results of a run with another {_labels(changed)} "
+                       f"(changed since it stopped); {fix}")
+
+
+def _labels(labels: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
 
 
 def _read_part(path: Path, shape: tuple[int, ...]) -> np.ndarray:
@@ -261,8 +317,9 @@ def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainT
     ``[world]``): the exact D curves in the gain-table schema, one table per α.
 
     Before any output is claimed or any quadrature runs: the gain options (``recast study`` calls this
-    directly), every reward's values against β (exp(r/β) must not overflow) and the whole table's work
-    (``world1d.check_exact_work``: rewards × noise levels × α, each level's quadrature grid × cells)."""
+    directly), every reward's spread against β (exp((r − r_min)/β) must not overflow) and the whole
+    table's work (``world1d.check_exact_work``: rewards × noise levels × α, each level's quadrature grid ×
+    cells)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

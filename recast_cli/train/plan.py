@@ -9,7 +9,7 @@ Nothing here loads a model.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +17,12 @@ import numpy as np
 from recast_cli.artifacts import (
     RUN_SCHEMA, RunRecord, RunRecordError, WeightMatrix, claim_folder, lambda_hat, read_run, read_weights,
 )
+from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.prompts import load_prompts
-from recast_cli.settings import Setting
+from recast_cli.settings import Setting, policy_inputs
 from recast_cli.solve.stage import static_matrix
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, skip_clean_of, trained_steps
@@ -89,6 +90,7 @@ class Plan:
     device: str | None
     trained_steps: list[int]  # the steps t the loss covers, noisiest first (``train.config.trained_steps``)
     noise_level: float  # the SDE's a, sampling and training (``run_noise_level``)
+    made_from: dict[str, str] = field(default_factory=dict)  # the policy and world it trains (``run_inputs``)
 
 
 def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
@@ -119,7 +121,7 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
     else:
         w = read_weights(weights)
         check_weights(w, cfg, sigmas_desc, grid, weights, steps)
-    resume_from = None
+    resume_from, made_from = None, run_inputs(setting)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file, not a run folder")
@@ -132,10 +134,13 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
             resume_from = found[-1][1]
             _, state = ckpt.read_checkpoint(resume_from)
             check_same_run(state, cfg, w, weights, resume_from)
+            check_same_inputs(state.get(MADE_FROM), made_from, f"checkpoint {resume_from}", setting)
         elif record.config.get("weights_key") != weights_key(w) or \
                 record.config.get("run_key", cfg.run_key()) != cfg.run_key():
             raise BadInput(f"--resume: {out} holds the start of another run (another W or configuration) and no "
                            "checkpoint; choose another --out")
+        else:
+            check_same_inputs(record.config.get(MADE_FROM), made_from, f"the start of the run in {out}", setting)
     elif out.is_dir():
         if resume:
             raise BadInput(f"--resume: {out} holds no recast run (no run.json); drop --resume to start one in a new "
@@ -159,7 +164,7 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
             init_from = resolve_adapter(p).parent
     claim_folder(out, RUN_SCHEMA)  # not inside another artifact folder
     return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device, steps,
-                run_noise_level(cfg, setting.policy))
+                run_noise_level(cfg, setting.policy), made_from)
 
 
 def scheduler_grid(spec) -> tuple[np.ndarray, GridSpec]:
@@ -191,6 +196,28 @@ def check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str,
                        f"(run key {state.get('run_key')}, this run {cfg.run_key()})")
     if state.get("weights_key") != weights_key(w):
         raise BadInput(f"--resume: checkpoint {where} was trained with another W than {weights}")
+
+
+def run_inputs(setting: Setting) -> dict[str, str]:
+    """Label → digest of what a run trains besides its ``[train]`` table (the run key) and W (the W
+    key): the setting's resolved ``[policy]`` and ``[world]`` (the analytic world; METHOD.md §4's when
+    the setting has none), as ``recast study`` records them for its cells. Recorded in ``run.json``
+    and every checkpoint; ``--resume`` under others is refused (:func:`check_same_inputs`)."""
+    return policy_inputs(setting)
+
+
+def check_same_inputs(made: object, now: dict[str, str], what: str, setting: Setting) -> None:
+    """BadInput naming what changed unless ``made`` (the inputs ``what`` recorded) equals ``now``: a run
+    continued under another policy or world would mix two runs silently. A run that recorded none (an
+    older recast's) cannot be checked, and is refused too."""
+    if made == now:
+        return
+    if not isinstance(made, dict):
+        raise BadInput(f"--resume: {what} was made by an older recast, which did not record the [policy] and "
+                       f"[world] it trains; start a fresh --out")
+    changed = [label for label in now if made.get(label) != now[label]] or ["[policy] and [world] record"]
+    raise BadInput(f"--resume: {what} was made under another {' and '.join(changed)} than {setting.file} "
+                   "holds now; restore it, or start a fresh --out")
 
 
 def weights_key(w: WeightMatrix) -> str:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from recast_cli.artifacts import FolderLock, RunRecord, atomic_write_bytes, write_run
+from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.errors import BadInput
 from recast_cli.prompts import prompt_stream
 from recast_cli.seeds import train_seeds, update_rng
@@ -452,7 +453,8 @@ class Trainer:
         atomic_write_bytes(run / "config.toml", self.cfg.to_toml().encode())
         record = RunRecord(rewards=tuple(self.cfg.rewards), lam=tuple(self.cfg.lam), mode=self.plan.weights.mode,
                            sigmas=tuple(float(s) for s in self.plan.weights.sigmas))
-        write_run(run, record, config={**self.config_record(), "run_key": self.cfg.run_key()}, sources=sources)
+        write_run(run, record, config={**self.config_record(), "run_key": self.cfg.run_key(),
+                                       MADE_FROM: self.plan.made_from}, sources=sources)
 
     def _restore(self, folder: Path) -> None:
         """Continue from a checkpoint whose adapter :meth:`build_engine` loaded: optimizer, EMA, RNG, iteration."""
@@ -479,6 +481,7 @@ class Trainer:
             return None
         tensors.update(ckpt.rng_tensors())
         state = {"schema": ckpt.CHECKPOINT_SCHEMA, "step": self.iteration, "run_key": self.cfg.run_key(),
+                 MADE_FROM: self.plan.made_from,  # the policy and world trained: a resume checks them
                  "weights_key": weights_key(self.plan.weights), "weights": self.plan.weights_source,
                  "mode": self.plan.weights.mode, "data_position": self.iteration * self.cfg.prompts_per_step,
                  "lr_schedule": {"kind": self.cfg.lr_schedule, "warmup_steps": self.cfg.warmup_steps,

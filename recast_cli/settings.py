@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -333,5 +334,15 @@ def policy_inputs(setting: Setting) -> dict[str, str]:
     """Label → digest of the policy and the world a setting's runs live in: its resolved ``[policy]``
     (less its world) and ``[world]`` (the analytic world; METHOD.md §4's when the setting has none). What
     ``recast study`` records per cell and gain table, ``recast estimate`` in its run id and ``recast
-    train`` per run: a file made under others is never reused."""
-    return {"[policy]": digest(replace(setting.policy, world=None)), "[world]": digest(world_of(setting))}
+    train`` per run: a file made under others is never reused. Left out: ``offload_text_encoders``
+    (the same images either way, docs/policies.md) and where the checkout is: a local model path counts
+    relative to the setting's folder, so a moved checkout or another worktree is the same policy."""
+    return {"[policy]": digest(policy_content(setting)), "[world]": digest(world_of(setting))}
+
+
+def policy_content(setting: Setting) -> PolicySpec:
+    """The setting's policy less what does not change its results (:func:`policy_inputs`)."""
+    spec, path = setting.policy, setting.policy.path
+    if path is not None:
+        path = Path(os.path.relpath(path, setting.file.parent))
+    return replace(spec, world=None, offload_text_encoders=None, path=path)

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
-from recast_cli.settings import Setting, digest, file_digest, load_setting, parse_table, world_of
+from recast_cli.settings import Setting, digest, file_digest, load_setting, parse_table, policy_content, world_of
 from recast_cli.train.config import config_from_setting, skip_clean_of
 
 #: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
@@ -313,15 +313,18 @@ def make_path(value: str | Path, what: str) -> str:
 #: beyond its command line as prerequisites: a setting change makes exactly those targets stale.
 STAMPS = ".setting"
 POLICY_PARTS = ("world", "policy", "rewards")  # what every recipe that samples or scores reads
-RUN_PARTS = (*POLICY_PARTS, "train")
+#: A run's target reads [train] whole (``train``: a longer max_steps trains on), but the run folder is of
+#: what ``recast train --resume`` keeps (``trainkey``: the run key and the prompts' content).
+RUN_PARTS = (*POLICY_PARTS, "train", "trainkey")
 
 
 def setting_stamps(setting: Setting, study: StudySpec, steps: int, skip: int) -> dict[str, str]:
     """Part → the digest of what the recipes that depend on it read from the setting (the values their
     command lines take from ``[study]`` included: make does not compare recipes)."""
     raw = setting.raw
-    return {"world": digest(world_of(setting)), "policy": digest(raw.get("policy")),
+    return {"world": digest(world_of(setting)), "policy": digest(policy_content(setting)),
             "rewards": digest(raw.get("rewards")), "train": digest(table_content(setting, "train")),
+            "trainkey": digest([config_from_setting(setting).run_key(), table_content(setting, "train")["prompts"]]),
             "evaluate": digest(table_content(setting, "evaluate")),
             "exact": digest([getattr(study, k) for k in EXACT_KEYS]),
             "estimate": digest({"study": [getattr(study, k) for k in ESTIMATE_KEYS],
@@ -358,10 +361,11 @@ def stamp_rules(R: str, stamps: dict[str, str]) -> list[str]:
 #: setting change or by an older recast, is refused (one line, exit 2), never resumed.
 TRAINED_UNDER = (
     "TRAINED_UNDER = @if [ -e $(@D) ] && "
-    "[ \"$$(cat $(filter %.sha256,$^))\" != \"$$(cat $(@D).setting 2>/dev/null)\" ]; "
-    "then echo \"$(@D) was trained under another [policy], [world], [train], [rewards.*] or [study] warmup_steps, or "
-    "by an older recast; remove it and $(@D).setting to train it again\" >&2; exit 2; fi; "
-    "mkdir -p $(dir $(@D)) && cat $(filter %.sha256,$^) > $(@D).setting")
+    "[ \"$$(cat $(filter-out %/train.sha256,$(filter %.sha256,$^)))\" != \"$$(cat $(@D).setting 2>/dev/null)\" ]; "
+    "then echo \"$(@D) was trained under another [policy], [world], [rewards.*], [train] (beyond its step budget, "
+    "checkpoints and logging) or [study] warmup_steps, or by an older recast; remove it and $(@D).setting to train "
+    "it again\" >&2; exit 2; fi; "
+    "mkdir -p $(dir $(@D)) && cat $(filter-out %/train.sha256,$(filter %.sha256,$^)) > $(@D).setting")
 
 
 def study_makefile(setting_name: str, root: Path, recast: str = "recast") -> str:

@@ -182,8 +182,22 @@ def test_a_run_of_an_older_recast_cannot_be_checked_and_is_refused():
     from recast_cli.train.plan import check_same_inputs, run_inputs
 
     setting = load_setting("twoscale")
-    now = run_inputs(setting)
+    now = run_inputs(setting, ["a prompt"])
     check_same_inputs(dict(now), now, "checkpoint X", setting)  # the same inputs: resumed
     with pytest.raises(BadInput, match=r"^--resume: checkpoint X was made by an older recast, which did not record "
                                        r"the \[policy\] and \[world\] it trains; start a fresh --out$"):
         check_same_inputs(None, now, "checkpoint X", setting)
+
+
+def test_resume_with_other_prompts_in_the_same_file_is_refused(tmp_path):
+    """The run key names the prompts file by path; the run records the prompts it read, so an edited file is
+    not continued as if it were the same."""
+    setting = write_setting(tmp_path / "s.toml")
+    setting.write_text(setting.read_text().replace('prompts = "toy"', 'prompts = "p.txt"'))
+    (tmp_path / "p.txt").write_text("x\n")
+    run = tmp_path / "run"
+    assert train(setting, run).exit_code == 0
+    (tmp_path / "p.txt").write_text("y\n")
+    before = hashes(run)
+    one_line_exit_2(train(setting, run, "--resume", "--max-steps", "2"), "was made under another [train] prompts than")
+    assert hashes(run) == before

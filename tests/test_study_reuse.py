@@ -254,7 +254,7 @@ def plant(mk: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
         if path.name == ".done":
-            stamps = [root / ".setting" / f"{p}.sha256" for p in RUN_PARTS]
+            stamps = [root / ".setting" / f"{p}.sha256" for p in RUN_PARTS if p != "train"]  # what TRAINED_UNDER keeps
             path.parent.with_name(path.parent.name + ".setting").write_text("".join(s.read_text() for s in stamps))
         os.utime(path, (now - 50, now - 50))
 
@@ -316,5 +316,57 @@ def test_a_run_started_under_another_setting_is_refused_not_resumed(tmp_path):
     generate(tmp_path, FLOW.replace("noise_level = 0.7", "noise_level = 0.6"))
     refused = make(mk, f"RECAST={fake}", target)
     assert refused.returncode == 2 and len(calls.read_text().splitlines()) == 2  # train ran twice, not a third time
-    assert f"{root}/{run} was trained under another [policy], [world], [train]" in refused.stderr.splitlines()[0]
+    assert f"{root}/{run} was trained under another [policy], [world], [rewards.*], [train]" in refused.stderr.splitlines()[0]
     assert (root / f"{run}.setting").read_text() == record
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_a_longer_step_budget_continues_a_run_under_make(tmp_path):
+    """What ``recast train --resume`` keeps is what a run folder records (``trainkey``): a longer max_steps
+    remakes the run's target, which continues the run, while another learning rate is refused."""
+    root = tmp_path / "root"
+    fake, calls = tmp_path / "fake-recast", tmp_path / "calls"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nwhile [ $# -gt 0 ]; do [ "$1" = --out ] && mkdir -p "$2"; '
+                    'shift; done\n')
+    fake.chmod(0o755)
+    mk = generate(tmp_path, FLOW)
+    redone(mk)
+    plant(mk)
+    run = "runs/1/static-s0"
+    target = f"{root}/{run}/.done"
+    generate(tmp_path, FLOW.replace("max_steps = 2", "max_steps = 3"))
+    longer = make(mk, f"RECAST={fake}", target)
+    assert longer.returncode == 0, longer.stderr
+    assert len(calls.read_text().splitlines()) == 1  # the planted run, continued
+    generate(tmp_path, FLOW.replace("max_steps = 2", "max_steps = 3").replace("learning_rate = 1e-2",
+                                                                          "learning_rate = 2e-2"))
+    refused = make(mk, f"RECAST={fake}", target)
+    assert refused.returncode == 2 and len(calls.read_text().splitlines()) == 1
+
+
+def test_the_report_waits_for_cells_of_other_inputs_as_for_missing_ones(study, tmp_path):
+    """A shard whose own cells are current does not report over another shard's stale cell."""
+    from recast_cli.batched.study import pending_cells, plan_study
+
+    out = copy_of(study, tmp_path)
+    assert pending_cells(plan_study(str(write(tmp_path)), out)) == []
+    changed = write(tmp_path, SETTING.replace("learning_rate = 1e-2", "learning_rate = 2e-2"))
+    assert {p.name for p in pending_cells(plan_study(str(changed), out))} == {"1-static-g2.parquet",
+                                                                               "1-recast-g2.parquet"}
+
+
+def test_what_changes_no_result_is_no_part_of_the_policy_digest(tmp_path):
+    """The text encoders' offload (the same images either way) and where the checkout lies (a local model
+    path counts relative to the setting) leave a run's [policy] digest as it was."""
+    from recast_cli.settings import load_setting, policy_inputs
+
+    digests = []
+    for folder, extra in (("a", ""), ("b", ""), ("b", "offload_text_encoders = true\n")):
+        (tmp_path / folder / "model").mkdir(parents=True, exist_ok=True)
+        setting = tmp_path / folder / f"s{len(digests)}.toml"
+        setting.write_text(f'[policy]\nkind = "sd3"\npath = "model"\n{extra}')
+        digests.append(policy_inputs(load_setting(str(setting))))
+    assert digests[0] == digests[1] == digests[2]
+    (tmp_path / "c" / "other").mkdir(parents=True)
+    (tmp_path / "c" / "s.toml").write_text('[policy]\nkind = "sd3"\npath = "other"\n')
+    assert policy_inputs(load_setting(str(tmp_path / "c" / "s.toml"))) != digests[0]

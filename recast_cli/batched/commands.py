@@ -50,7 +50,7 @@ def study_command(
 ) -> None:
     """Stage 2 of the 1-D world at many seeds: every budget × arm × G of [study] as one batched cell each."""
     from recast_cli import bounds
-    from recast_cli.batched.study import cell_footprint, plan_study, run_study
+    from recast_cli.batched.study import cell_footprint, pending_cells, plan_study, run_study
     from recast_cli.estimate.config import parse_shard
 
     part = parse_shard(shard)
@@ -59,7 +59,7 @@ def study_command(
     bounds.check_product("study_cell", {k: counts[k] for k in ("seeds", "rollouts per step", "T")})
     bounds.check_bytes("study_cell_bytes", memory, counts)
     paths = run_study(plan, quiet=quiet, shard=part, force=force)
-    missing = [p for p in paths if not p.is_file()]
+    missing = pending_cells(plan)  # other shards' cells not yet made, or not yet remade of these inputs
     out.print(f"{len(paths) - len(missing)} of {len(paths)} cells × {len(plan.seeds)} seeds → {out_dir / 'cells'}")
     if missing:
         out.print(f"the report waits for the other shards' {len(missing)} cells")

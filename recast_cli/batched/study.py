@@ -274,8 +274,9 @@ def check_record(plan: StudyPlan, force: bool) -> None:
         if why is not None and (pieces or any(f.exists() or f.is_symlink() for f, _ in files)):
             if not force:
                 raise stale(files[0][0], why)
-            for file, schema in files:
+            for file, schema in files:  # every file checked before any is removed
                 refuse_foreign_file(file, schema)
+            for file, _ in files:
                 file.unlink(missing_ok=True)
             finish_parts(files[0][0], pieces)
         record[name] = inputs
@@ -409,12 +410,25 @@ def _shared(path: Path):
 def _done(cell: CellPlan, plan: StudyPlan, force: bool = False) -> bool:
     """A cell file that exists is done when it was made of exactly this plan's inputs (:func:`cell_inputs`);
     another one is refused, or with ``force`` run again (its file replaced when the cell is done)."""
-    if not cell.path.is_file():
-        return False
-    table = read_cell(cell.path)
-    why = changed_inputs(table.meta.get(MADE_FROM), cell_inputs(plan, cell, read_weights(cell.weights)))
+    why = _staleness(cell, plan)
     if why is None:
-        return True
+        return cell.path.is_file()
     if force:
         return False
     raise stale(cell.path, why, "holds a cell of another study: it was made")
+
+
+def _staleness(cell: CellPlan, plan: StudyPlan) -> str | None:
+    """What makes the cell file there not this plan's (:func:`changed_inputs`); None when it is, or absent."""
+    if not cell.path.is_file():
+        return None
+    table = read_cell(cell.path)
+    if not cell.weights.is_file():  # another shard is remaking it (--force): this cell is of the old one
+        return "with a W that is being remade"
+    return changed_inputs(table.meta.get(MADE_FROM), cell_inputs(plan, cell, read_weights(cell.weights)))
+
+
+def pending_cells(plan: StudyPlan) -> list[Path]:
+    """The cells of the plan not yet done as this plan makes them (absent, or made of other inputs: another
+    shard's, still to be remade): the report waits for them."""
+    return [c.path for c in plan.cells if not c.path.is_file() or _staleness(c, plan) is not None]

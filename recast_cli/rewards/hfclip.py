@@ -13,7 +13,9 @@ from recast_cli.errors import BadInput
 def load_model(scorer: str, path: Path, device: torch.device):
     """A ``CLIPModel`` from a local folder (config.json + weights), in eval mode on ``device``."""
     from transformers import CLIPModel
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.disable_progress_bar()  # transformers ≥ 5.2x draws a "Loading weights" bar on stderr
     try:
         model = CLIPModel.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as exc:

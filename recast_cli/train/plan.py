@@ -22,7 +22,7 @@ from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.prompts import load_prompts
-from recast_cli.settings import Setting, policy_inputs
+from recast_cli.settings import Setting, digest, policy_inputs
 from recast_cli.solve.stage import static_matrix
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, skip_clean_of, trained_steps
@@ -121,7 +121,7 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
     else:
         w = read_weights(weights)
         check_weights(w, cfg, sigmas_desc, grid, weights, steps)
-    resume_from, made_from = None, run_inputs(setting)
+    resume_from, made_from = None, run_inputs(setting, prompts)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file, not a run folder")
@@ -198,12 +198,13 @@ def check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str,
         raise BadInput(f"--resume: checkpoint {where} was trained with another W than {weights}")
 
 
-def run_inputs(setting: Setting) -> dict[str, str]:
-    """Label → digest of what a run trains besides its ``[train]`` table (the run key) and W (the W
-    key): the setting's resolved ``[policy]`` and ``[world]`` (the analytic world; METHOD.md §4's when
-    the setting has none), as ``recast study`` records them for its cells. Recorded in ``run.json``
-    and every checkpoint; ``--resume`` under others is refused (:func:`check_same_inputs`)."""
-    return policy_inputs(setting)
+def run_inputs(setting: Setting, prompts: list[str]) -> dict[str, str]:
+    """Label → digest of what a run trains besides its ``[train]`` table (the run key, which names the
+    prompts file by path) and W (the W key): the setting's resolved ``[policy]`` and ``[world]`` (the
+    analytic world; METHOD.md §4's when the setting has none), as ``recast study`` records them for its
+    cells, and the prompts as read. Recorded in ``run.json`` and every checkpoint; ``--resume`` under
+    others is refused (:func:`check_same_inputs`)."""
+    return {**policy_inputs(setting), "[train] prompts": digest(prompts)}
 
 
 def check_same_inputs(made: object, now: dict[str, str], what: str, setting: Setting) -> None:

@@ -296,7 +296,7 @@ def test_a_study_killed_mid_cell_resumes_and_loses_only_that_cell(tmp_path):
     recast = Path(sys.executable).parent / "recast"
     cells = tmp_path / "st" / "cells"
     args = [str(recast), "study", str(setting), "--out", str(tmp_path / "st"), "--seeds", "0:6",
-            "--set", "max_steps=150", "--set", "save_every=150", "--quiet"]
+            "--set", "max_steps=40", "--set", "save_every=40", "--quiet"]  # a cell: seconds, far longer than 0.5 s
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 600

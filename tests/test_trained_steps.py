@@ -75,7 +75,7 @@ def test_bad_skip_clean_is_one_line_and_exit_2(gains10, tmp_path, flags, needle)
     assert not out.exists()
 
 
-def test_inspect_shows_the_trained_steps(gains10, tmp_path):
+def test_inspect_shows_the_trained_steps(gains10, tmp_path, monkeypatch):
     out = tmp_path / "W.safetensors"
     solve(gains10, out, "--skip-clean", "2")
     summary = json.loads(recast("inspect", out, "--json").stdout)
@@ -83,7 +83,10 @@ def test_inspect_shows_the_trained_steps(gains10, tmp_path):
     from tests.test_cli import runner
     from recast_cli.cli import app
 
-    shown = runner.invoke(app, ["inspect", str(out)], env={"COLUMNS": "200"})
+    from recast_cli.inspect import commands
+
+    monkeypatch.setattr(commands.out, "width", 200)  # the console is made at import: COLUMNS set now is too late
+    shown = runner.invoke(app, ["inspect", str(out)])
     assert shown.exit_code == 0 and "t = 3…10: 8 of T = 10 steps" in shown.stdout and "--skip-clean 2" in shown.stdout
 
 

@@ -63,8 +63,8 @@ class RecastGroup(TyperGroup):
         except typer.Abort:
             code = _fail("recast: aborted", 1)
         finally:
-            if "recast_cli.artifacts.io" in sys.modules:  # a command claimed outputs: their locks end with it
-                sys.modules["recast_cli.artifacts.io"].release_output_locks()
+            if "recast_cli.artifacts.locks" in sys.modules:  # a command claimed outputs: their locks end with it
+                sys.modules["recast_cli.artifacts.locks"].release_output_locks()
         code = code if isinstance(code, int) else 0
         if standalone_mode:
             sys.exit(code)

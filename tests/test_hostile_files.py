@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recast_cli.artifacts.io import LOCK_MARK, MAX_JSON_DEPTH, json_too_deep
+from recast_cli.artifacts.locks import LOCK_MARK
+from recast_cli.artifacts.jsonio import MAX_JSON_DEPTH, json_too_deep
 from tests.test_silent_errors import GMM, assert_bad, files, gains, invoke, run_ok, sha  # noqa: F401 (gains: a fixture)
 
 DEEP = b"[" * 200_000
@@ -45,7 +46,7 @@ def test_a_lock_left_by_a_killed_recast_is_taken_and_removed(gains, tmp_path):
 
 
 def test_a_new_lock_is_marked_while_held_and_gone_after(gains, tmp_path):
-    from recast_cli.artifacts.io import hold_output_lock, lock_path, release_output_lock
+    from recast_cli.artifacts.locks import hold_output_lock, lock_path, release_output_lock
 
     out = tmp_path / "sub" / "W.safetensors"
     hold_output_lock(out)

@@ -19,9 +19,11 @@ full names, never through this file.
 """
 
 from recast_cli.artifacts.io import (
-    PROVENANCE_KEYS, FolderLock, Provenance, Source, atomic_output, atomic_write_bytes, check_writable,
-    clean_stale_temps, glob_escape, json_dumps, json_loads, sha256_file,
+    PROVENANCE_KEYS, Provenance, Source, atomic_output, atomic_write_bytes, check_writable,
+    clean_stale_temps, glob_escape, sha256_file,
 )
+from recast_cli.artifacts.jsonio import json_dumps, json_loads
+from recast_cli.artifacts.locks import FolderLock
 from recast_cli.artifacts.tables import (
     check_finite, decode_metadata, open_parquet, read_parquet, require_columns, require_keys, require_schema,
     write_parquet,

@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from recast_cli.artifacts.curve import CURVE_SAMPLERS, CurveTable
-from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, json_dumps
+from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source
+from recast_cli.artifacts.jsonio import json_dumps
 from recast_cli.artifacts.tables import check_finite, open_parquet, require_columns, require_keys, write_parquet
 from recast_cli.errors import BadInput
 

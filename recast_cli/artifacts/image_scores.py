@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes, json_loads
+from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.errors import BadInput
 
 IMAGE_SCORES_SCHEMA = "recast.image-scores/1"

@@ -16,7 +16,7 @@ from recast_cli.artifacts.cells import CELL_SCHEMA, read_cell
 from recast_cli.artifacts.evaluation import EVAL_SCHEMA, read_eval
 from recast_cli.artifacts.gains import GAINS_SCHEMA, read_gains
 from recast_cli.artifacts.image_scores import IMAGE_SCORES_SCHEMA, read_image_scores
-from recast_cli.artifacts.io import json_loads
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.judgements import JUDGEMENTS_SCHEMA, read_judgements
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 from recast_cli.artifacts.positives import MANIFEST_NAME, POSITIVES_SCHEMA, Positives, read_positives

@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from recast_cli.artifacts.evaluation import EVAL_SCHEMA
-from recast_cli.artifacts.io import check_writable, hold_output_lock, json_loads, refuse_non_regular
+from recast_cli.artifacts.io import check_writable, refuse_non_regular
+from recast_cli.artifacts.locks import hold_output_lock
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.kinds import FOLDER_MARKERS, artifact_schema
 from recast_cli.artifacts.parts import MARKER_NAME as PARTS_MARKER
 from recast_cli.artifacts.positives import JOURNAL_NAME, POSITIVES_SCHEMA

@@ -25,7 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from recast_cli.artifacts.io import FolderLock, atomic_write_bytes, json_loads, temp_target
+from recast_cli.artifacts.io import atomic_write_bytes, temp_target
+
+from recast_cli.artifacts.locks import FolderLock
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.errors import BadInput
 
 MARKER_NAME = "parts.json"

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes, json_loads
+from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.weights import MODES
 from recast_cli.errors import BadInput
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, json_dumps
+from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source
+from recast_cli.artifacts.jsonio import json_dumps
 from recast_cli.artifacts.tables import open_parquet, require_columns, require_keys, write_parquet
 from recast_cli.errors import BadInput
 

@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recast_cli.artifacts.io import atomic_write_bytes, json_loads
+from recast_cli.artifacts.io import atomic_write_bytes
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.errors import BadInput
 
 

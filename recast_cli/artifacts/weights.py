@@ -20,7 +20,8 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes, json_dumps, json_loads
+from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.jsonio import json_dumps, json_loads
 from recast_cli.artifacts.tables import check_finite, require_keys, require_schema
 from recast_cli.errors import BadInput
 

@@ -30,7 +30,8 @@ import numpy as np
 from recast_cli.artifacts import (CELL_SCHEMA, GAINS_SCHEMA, SCORES_SCHEMA, WEIGHTS_SCHEMA, CellTable, claim_output,
                                   finish_parts, parts_dir, read_cell, read_weights, write_cell)
 from recast_cli.artifacts.cells import CELL_FORMAT, MADE_FROM, TRAIN_QUANTITIES
-from recast_cli.artifacts.io import atomic_write_bytes, json_loads
+from recast_cli.artifacts.io import atomic_write_bytes
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.outputs import refuse_foreign_file
 from recast_cli.errors import BadInput
 from recast_cli.settings import Setting, digest, file_digest, load_setting, policy_inputs, world_of

@@ -35,7 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from recast_cli.artifacts.io import NO_SPACE, json_loads
+from recast_cli.artifacts.io import NO_SPACE
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.errors import BadInput
 
 CHUNK = 1 << 16

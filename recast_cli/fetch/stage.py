@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recast_cli.artifacts.io import check_writable, hold_output_lock, json_loads, refuse_non_regular, release_output_lock
+from recast_cli.artifacts.io import check_writable, refuse_non_regular
+
+from recast_cli.artifacts.locks import hold_output_lock, release_output_lock
+from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.outputs import enclosing_artifact_folder
 from recast_cli.errors import BadInput, cut, shown
 from recast_cli.fetch.http import check_part, check_pins, download

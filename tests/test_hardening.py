@@ -68,7 +68,7 @@ def test_score_refuses_a_huge_image_with_one_line(tmp_path):
 @pytest.fixture
 def toy_server():
     from recast_cli.rewards import build_scorer
-    from recast_cli.rewards.remote import make_server
+    from recast_cli.rewards.server import make_server
     from tests.rewards.fakes import running
 
     with running(make_server(build_scorer("toy_color"), token="tok", max_batch=4, max_pixels=64 * 64,
@@ -97,7 +97,7 @@ def test_the_server_answers_413_for_an_image_larger_than_its_limit(toy_server):
 
 
 def test_the_server_limits_batches_and_bodies_and_takes_the_scheme_in_any_case(toy_server):
-    from recast_cli.rewards.remote import body_limit
+    from recast_cli.rewards.serve_limits import body_limit
 
     prompt = "a red circle on a white background"
     one = png_b64(Image.new("RGB", (32, 32), (255, 0, 0)))

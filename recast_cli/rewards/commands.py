@@ -126,7 +126,7 @@ def serve_reward_command(
 ) -> None:
     """Serve one scorer over HTTP (recast.reward/1: JSON + base64 PNG, token-checked, never pickle)."""
     from recast_cli.errors import BadInput
-    from recast_cli.rewards import remote, scoring
+    from recast_cli.rewards import remote, scoring, server
 
     if weights is not None and old_weights is not None:
         raise BadInput("give --reward-weights (not the deprecated --weights) once")
@@ -138,7 +138,7 @@ def serve_reward_command(
     options = scoring.scorer_options([name], [f"{name}={weights}"] if weights else [],
                                      [f"{name}.{item}" for item in opt], device, batch_size)
     scorer = scoring.build_scorers(options)[name]
-    remote.serve(scorer, host, port, token or os.environ.get(remote.TOKEN_ENV) or None,
+    server.serve(scorer, host, port, token or os.environ.get(remote.TOKEN_ENV) or None,
                  announce=lambda line: out.print(line, highlight=False, soft_wrap=True), max_batch=max_batch,
                  max_pixels=max_pixels, max_connections=max_connections, min_rate=min_upload_rate * 1024)
 

@@ -12,7 +12,8 @@ import pytest
 
 from recast_cli.errors import BadInput
 from recast_cli.rewards import build_scorer
-from recast_cli.rewards.remote import PROTOCOL, make_server, serve
+from recast_cli.rewards.remote import PROTOCOL
+from recast_cli.rewards.server import make_server, serve
 from recast_cli.rewards.transport import Endpoint, png_base64, request
 from tests.rewards.conftest import noise_images, text_image
 from tests.rewards.fakes import fake_server, json_body, running

@@ -62,7 +62,7 @@ def test_score_takes_image_files_and_a_prompts_file_in_order(image_dir, tmp_path
 
 
 def test_score_scores_through_a_reward_server(image_dir, tmp_path):
-    from recast_cli.rewards.remote import make_server
+    from recast_cli.rewards.server import make_server
     from tests.rewards.fakes import running
 
     out = tmp_path / "S.parquet"

@@ -27,7 +27,7 @@ import pytest
 
 from recast_cli.rewards import build_scorer
 from recast_cli.rewards.base import Scorer
-from recast_cli.rewards.remote import make_server
+from recast_cli.rewards.server import make_server
 from recast_cli.rewards.transport import png_base64
 from tests.rewards.conftest import noise_images
 from tests.rewards.fakes import running

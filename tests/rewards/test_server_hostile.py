@@ -24,9 +24,10 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from recast_cli.cli import app
-from recast_cli.rewards import build_scorer, remote
-from recast_cli.rewards.remote import (PROMPT_ROOM, Pace, RequestDeadline, RequestReader, body_limit, make_server,
-                                       png_limit)
+from recast_cli.rewards import build_scorer
+from recast_cli.rewards.serve_limits import (MAX_BATCH, PROMPT_ROOM, Admission, Pace, RequestDeadline, RequestReader,
+                                             body_limit, png_limit)
+from recast_cli.rewards.server import make_server
 from recast_cli.rewards.transport import png_base64
 from tests.rewards.conftest import noise_images
 from tests.rewards.fakes import running
@@ -235,7 +236,7 @@ def test_an_idle_connection_without_a_token_is_closed_at_the_head_deadline(capsy
 
 
 def test_a_new_connection_closes_an_idle_unauthenticated_one_of_the_busiest_address_first():
-    admission = remote.Admission(8)  # 4 unauthenticated at most, 2 of one address
+    admission = Admission(8)  # 4 unauthenticated at most, 2 of one address
     pairs = [socket.socketpair() for _ in range(7)]
     socks = [pair[0] for pair in pairs]
     try:
@@ -249,7 +250,7 @@ def test_a_new_connection_closes_an_idle_unauthenticated_one_of_the_busiest_addr
         pairs[3][1].sendall(b"GET")  # its head waits in the kernel: not idle
         assert admission.enter(socks[6], ("10.0.0.4", 1))  # 4 unauthenticated: the busiest address pays
         assert list(admission.waiting) == [socks[2], socks[3], socks[5], socks[6]] and socks[4].recv(1) == b""
-        full = remote.Admission(1)
+        full = Admission(1)
         assert full.enter(socks[0], ("10.0.0.1", 1)) and full.authenticate(socks[0])
         assert not full.enter(socks[1], ("10.0.0.1", 2))  # all busy with requests: the caller answers 503
     finally:
@@ -271,7 +272,7 @@ def test_the_body_limit_holds_the_largest_body_our_client_sends_for_the_batch(si
 
 
 def test_the_default_body_limit_is_one_scorer_batch_and_clients_send_at_most_the_servers_batch():
-    assert remote.MAX_BATCH == 16 and 85_000_000 < body_limit() < 95_000_000  # was 270 MB for 64 images
+    assert MAX_BATCH == 16 and 85_000_000 < body_limit() < 95_000_000  # was 270 MB for 64 images
     assert body_limit(64) > 4 * body_limit(16) - 4 * (1 << 16)
     with server(max_batch=2) as (_, url):
         remote_scorer = build_scorer(f"toy_color@{url}", batch_size=8)
@@ -281,7 +282,7 @@ def test_the_default_body_limit_is_one_scorer_batch_and_clients_send_at_most_the
 
 def test_serve_reward_takes_its_batch_as_max_batch_and_a_minimum_upload_rate(monkeypatch):
     given: dict = {}
-    monkeypatch.setattr(remote, "serve", lambda *args, **kwargs: given.update(kwargs))
+    monkeypatch.setattr("recast_cli.rewards.server.serve", lambda *args, **kwargs: given.update(kwargs))
     result = CliRunner().invoke(app, ["serve-reward", "toy_color", "--batch-size", "4", "--min-upload-rate", "100"])
     assert result.exit_code == 0, result.stderr
     assert given["max_batch"] == 4 and given["min_rate"] == 100 * 1024

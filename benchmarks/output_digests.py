@@ -8,7 +8,7 @@ The chain covers every stage on the worlds that run here: the toy world (rendere
 sampled gains, W, Fig. 1, D curves, two training runs, an evaluation, `inspect --json` of every
 artifact kind) and the analytic worlds (the exact gmm1d table, W on it, and a whole flow1d study
 through `study-makefile` + make: exact and sampled gains, W per mode, runs, curve evaluations,
-the report). ``SOURCE_DATE_EPOCH`` pins ``created_at``; files that hold wall-clock times by
+the report; the same study through `recast study`; the shipped twoscale studies' Make graphs). ``SOURCE_DATE_EPOCH`` pins ``created_at``; files that hold wall-clock times by
 nature (TensorBoard event files, run logs) are listed by name only.
 """
 
@@ -117,6 +117,14 @@ def run_chain(work: Path, env: dict[str, str]) -> None:
     (study / "study.mk").write_text(mk)
     subprocess.run(["make", "-s", "-f", str(study / "study.mk"), "all"], cwd=ROOT, env=env, check=True,
                    capture_output=True)
+    # the same [study] through the batched engine (`recast study`): its gains, W, cells and report
+    subprocess.run([*recast, "study", str(study / "flow1d.toml"), "--out", str(work / "batched"), "--quiet"],
+                   cwd=ROOT, env=env, check=True, capture_output=True)
+    # the shipped two-timescale study's Make graph, as text
+    for name in ("twoscale", "twoscale-control"):
+        mk = subprocess.run([*recast, "study-makefile", "--setting", name, "--root", "ROOT", "--recast", "recast"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+        (work / f"{name}.mk").write_text(mk.replace(str(ROOT), "REPO"))
 
 
 SHA256 = re.compile(rb"[0-9a-f]{64}")

@@ -86,7 +86,7 @@ def main() -> None:
 
     from recast_cli.batched.engine import BatchedTrainer, Cell
     from recast_cli.grid import GridSpec
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps
     from recast_cli.train.plan import run_noise_level, static_run_weights
 

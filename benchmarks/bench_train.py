@@ -59,7 +59,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recast_cli.policy.sd3 import SD3Conditioning
-from recast_cli.prompts import prompt_stream
+from recast_cli.setting.prompts import prompt_stream
 from recast_cli.train.objective import gaussian_kl, ppo_terms
 from recast_cli.seeds import train_seeds
 from recast_cli.train.plan import plan_run
@@ -70,7 +70,7 @@ SAMPLE_STEP = 1  # the training step whose prompts and noise both sides sample
 
 
 def build_trainer(prompts: int, group_size: int, micro_batch: int | None, out: Path, compile: bool = False) -> Trainer:
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
     from recast_cli.train.config import apply_overrides, config_from_setting
 
     s = load_setting(SETTING)

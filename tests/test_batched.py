@@ -112,7 +112,7 @@ def test_each_seed_trains_and_evaluates_as_its_single_run(tmp_path, fraction, be
 
 def test_a_seed_does_not_depend_on_the_seeds_beside_it(tmp_path):
     from recast_cli.batched.engine import BatchedTrainer, Cell
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps
 
     setting = load_setting(str(write_setting(tmp_path, beta_kl=0.0)))
@@ -194,7 +194,7 @@ def test_the_final_networks_are_the_single_runs(tmp_path):
     """Weights after training agree with a single run's checkpoint to float32 roundoff."""
     from recast_cli.batched.engine import BatchedTrainer, Cell
     from recast_cli.artifacts.run import FULL_FILE
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps
 
     path = write_setting(tmp_path, beta_kl=0.0)
@@ -221,8 +221,8 @@ def test_shards_split_the_cells_and_the_report_waits_for_all(tmp_path):
 
 
 def test_seeds_as_a_range_string(tmp_path):
-    from recast_cli.settings import load_setting
-    from recast_cli.study import load_study
+    from recast_cli.setting.load import load_setting
+    from recast_cli.study.spec import load_study
 
     setting = write_setting(tmp_path, study='modes = ["static"]')
     text = setting.read_text().replace("seeds = [0, 1]", 'seeds = "3:7"')

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from recast_cli.cli import app
 from recast_cli.errors import BadInput
 from recast_cli.rewards.options import resolve_reward_options, reward_options
-from recast_cli.settings import load_setting
-from recast_cli.study import StudySpec, load_study
+from recast_cli.setting.load import load_setting
+from recast_cli.study.spec import StudySpec, load_study
 from tests import hubcache
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -114,7 +114,7 @@ def test_fetch_downloads_what_the_loader_reads_and_the_hub_id_resolves_offline_a
     assert f"{total / 1e6:.1f} MB in {len(wanted)} files" in " ".join(result.stdout.split())  # the size, shown first
 
     # offline, with the Hub gone: the setting's repo id is the cached snapshot, loaded by the real loader
-    load = ("from recast_cli.settings import load_setting, build_policy; s = load_setting({!r}); "
+    load = ("from recast_cli.setting.load import load_setting, build_policy; s = load_setting({!r}); "
             "p = build_policy(s.policy, device='cpu'); print(s.policy.folder())").format(str(setting))
     offline = run(["-c", load], {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(cache)})
     assert offline.returncode == 0, offline.stderr
@@ -156,7 +156,7 @@ def test_a_missing_hub_model_is_one_line_naming_it_and_recast_fetch(tmp_path, mo
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
 
     spec = load_setting(str(write_setting(tmp_path, "stabilityai/stable-diffusion-3.5-medium@abc123"))).policy
     assert spec.path is None and str(spec.hub) == "stabilityai/stable-diffusion-3.5-medium@abc123"
@@ -169,7 +169,7 @@ def test_a_missing_hub_model_is_one_line_naming_it_and_recast_fetch(tmp_path, mo
 
 
 def test_a_local_path_wins_over_a_hub_id_of_the_same_name(tmp_path):
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
 
     (tmp_path / "stabilityai" / "stable-diffusion-3.5-medium").mkdir(parents=True)
     spec = load_setting(str(write_setting(tmp_path, "stabilityai/stable-diffusion-3.5-medium"))).policy

@@ -126,12 +126,12 @@ def describe(graph: dict[str, dict[str, int]], component: set[str]) -> str:
 def test_import_graph_sees_imports_inside_functions_and_relative_imports(tmp_path):
     source = tmp_path / "recast_cli" / "evaluate" / "stage.py"
     source.parent.mkdir(parents=True)
-    source.write_text("from . import curve\nfrom ..settings import load_setting\nimport recast_cli.evaluate\n\n"
+    source.write_text("from . import curve\nfrom ..setting.load import load_setting\nimport recast_cli.evaluate\n\n"
                       "def f():\n    from recast_cli.train.config import TrainConfig\n")
     known = {name: tmp_path for name in ("recast_cli", "recast_cli.evaluate", "recast_cli.evaluate.curve",
-                                         "recast_cli.settings", "recast_cli.train", "recast_cli.train.config")}
+                                         "recast_cli.setting.load", "recast_cli.train", "recast_cli.train.config")}
     assert import_edges("recast_cli.evaluate.stage", source, known) == {
-        "recast_cli.evaluate.curve": 1, "recast_cli.settings": 2, "recast_cli.train.config": 6}
+        "recast_cli.evaluate.curve": 1, "recast_cli.setting.load": 2, "recast_cli.train.config": 6}
 
 
 def test_cycle_finder_finds_a_cycle_and_names_it():
@@ -142,6 +142,6 @@ def test_cycle_finder_finds_a_cycle_and_names_it():
 
 def test_recast_cli_has_no_import_cycle():
     graph = import_graph()
-    assert "recast_cli.settings" in graph and graph["recast_cli.cli"], "the scan found no modules or no imports"
+    assert "recast_cli.setting.load" in graph and graph["recast_cli.cli"], "the scan found no modules or no imports"
     cycles = strongly_connected(graph)
     assert not cycles, "import cycles in recast_cli:\n  " + "\n  ".join(describe(graph, c) for c in cycles)

@@ -10,7 +10,7 @@ import torch
 from recast_cli.errors import BadInput
 from recast_cli.policy.pipeline import HOST, offload_by_default, text_encoders
 from recast_cli.policy.sd3 import SD3Policy
-from recast_cli.settings import load_setting
+from recast_cli.setting.load import load_setting
 from recast_cli.toy.model import build_pipeline, save_pipeline
 
 WORDS = "a red green blue yellow circle square triangle on white black background".split()

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from recast_cli.preflight_phases import fit
+from recast_cli.preflight.phases import fit
 from tests.test_cli import assert_one_line_exit_2, recast
 
 KEYS = {"schema", "recast_version", "torch", "diffusers", "setting", "scale", "device", "dtype", "engine", "phases",
@@ -202,7 +202,7 @@ def test_fit_halves_until_one_fits_and_says_when_none_does():
 
 def test_random_weights_are_materialised_deterministically_with_real_buffers_and_ties():
     from recast_cli.policy.tiny import build_pipeline
-    from recast_cli.preflight import random_pipeline
+    from recast_cli.preflight.stage import random_pipeline
     from recast_cli.toy.pretrain import toy_words
 
     one, two = (random_pipeline(None, torch.device("cpu"), torch.float32, 8) for _ in range(2))
@@ -242,9 +242,9 @@ def test_a_model_folder_s_configs_build_a_working_random_pipeline(tmp_path):
     """The --scale full path (configs of a folder in diffusers layout, its scheduler, the word tokenizers
     at the encoders' lengths), on a recast tiny-model folder so that it runs on a CPU."""
     from recast_cli.policy.tiny import write_tiny_model
-    from recast_cli.preflight import random_pipeline
-    from recast_cli.preflight_phases import Bench
-    from recast_cli.settings import load_setting
+    from recast_cli.preflight.stage import random_pipeline
+    from recast_cli.preflight.phases import Bench
+    from recast_cli.setting.load import load_setting
 
     folder = tmp_path / "model"
     write_tiny_model("sd3", folder)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from recast_cli.preflight_phases import ArchitectureScorer
-from recast_cli.preflight_rewards import build_reward_model, empty, placement, rewards_build
-from recast_cli.settings import load_setting
+from recast_cli.preflight.phases import ArchitectureScorer
+from recast_cli.preflight.rewards import build_reward_model, empty, placement, rewards_build
+from recast_cli.setting.load import load_setting
 
 
 def counted(name: str, options: dict | None = None, scale: str = "full"):

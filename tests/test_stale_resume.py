@@ -178,7 +178,7 @@ def test_a_run_start_without_a_checkpoint_is_checked_too(trained):
 
 
 def test_a_run_of_an_older_recast_cannot_be_checked_and_is_refused():
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
     from recast_cli.train.plan import check_same_inputs, run_inputs
 
     setting = load_setting("twoscale")

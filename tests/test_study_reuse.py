@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from recast_cli.artifacts import read_cell, write_cell
 from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.cli import app
-from recast_cli.study import RUN_PARTS
+from recast_cli.study.makefile import RUN_PARTS
 
 SETTING = """
 [policy]
@@ -192,7 +192,7 @@ def test_stale_estimate_parts_are_refused_and_force_removes_only_recasts_pieces(
     """A killed sampled estimate left OUT.parts/; the world changed: its pieces would be resumed as they
     are (their run id names the setting's path, not its content), so they are refused, and --force
     removes recast's pieces and marker only. (The plan and the record only: nothing is computed.)"""
-    from recast_cli.batched.study import RECORD_NAME, check_record, plan_study
+    from recast_cli.batched.runner import RECORD_NAME, check_record, plan_study
 
     text = SETTING.replace('modes = ["static", "recast"]', 'arms = ["recast:exp:estimate"]')
     plan = plan_study(str(write(tmp_path, text)), tmp_path / "st")
@@ -224,7 +224,7 @@ def make(mk: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def generate(tmp_path: Path, text: str) -> Path:
-    from recast_cli.study import study_makefile
+    from recast_cli.study.makefile import study_makefile
 
     mk = tmp_path / "study.mk"
     mk.write_text(study_makefile(str(write(tmp_path, text)), tmp_path / "root"))
@@ -346,7 +346,7 @@ def test_a_longer_step_budget_continues_a_run_under_make(tmp_path):
 
 def test_the_report_waits_for_cells_of_other_inputs_as_for_missing_ones(study, tmp_path):
     """A shard whose own cells are current does not report over another shard's stale cell."""
-    from recast_cli.batched.study import pending_cells, plan_study
+    from recast_cli.batched.runner import pending_cells, plan_study
 
     out = copy_of(study, tmp_path)
     assert pending_cells(plan_study(str(write(tmp_path)), out)) == []
@@ -358,7 +358,7 @@ def test_the_report_waits_for_cells_of_other_inputs_as_for_missing_ones(study, t
 def test_what_changes_no_result_is_no_part_of_the_policy_digest(tmp_path):
     """The text encoders' offload (the same images either way) and where the checkout lies (a local model
     path counts relative to the setting) leave a run's [policy] digest as it was."""
-    from recast_cli.settings import load_setting, policy_inputs
+    from recast_cli.setting.load import load_setting, policy_inputs
 
     digests = []
     for folder, extra in (("a", ""), ("b", ""), ("b", "offload_text_encoders = true\n")):

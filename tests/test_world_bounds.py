@@ -24,8 +24,8 @@ from recast_cli.estimate.stage import exact_table
 from recast_cli.policy import world1d
 from recast_cli.policy.world1d import (BETA, DEFAULT_WORLD, MAX_LEVEL_WORK, MIN_ACCEPTANCE, StepReward,
                                        World1D)
-from recast_cli.settings import load_setting
-from recast_cli.settings_check import check_setting
+from recast_cli.setting.load import load_setting
+from recast_cli.setting.check import check_setting
 from tests.test_world_setting import invoke, setting
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # an overflow anywhere fails the test

@@ -23,7 +23,7 @@ from recast_cli.errors import BadInput
 from recast_cli.policy.gmm1d import GMM1DPolicy, GMM1DReward, exact_gain_table
 from recast_cli.policy.world1d import DEFAULT_WORLD, StepReward, World1D
 from recast_cli.policy.world_table import world_from_table
-from recast_cli.settings import load_setting
+from recast_cli.setting.load import load_setting
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -333,7 +333,8 @@ def test_a_flow1d_setting_trains_evaluates_and_estimates_on_its_world(tmp_path, 
 
 
 def test_the_study_graph_takes_the_exact_curves_of_the_settings_world(tmp_path):
-    from recast_cli.study import analytic_study_makefile, load_study
+    from recast_cli.study.spec import load_study
+    from recast_cli.study.makefile import analytic_study_makefile
 
     study = ('\n[study]\nbudgets = [[1, 1]]\nseeds = [0]\nmodes = ["static"]\ngains = "exact"\n'
              'estimate_steps = 6\nn = 16\nk = 1\np = 1\n')

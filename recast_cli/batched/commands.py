@@ -1,4 +1,4 @@
-"""``recast study``: the Typer command over :mod:`recast_cli.batched.study`."""
+"""``recast study``: the Typer command over :mod:`recast_cli.batched.runner`."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def study_command(
 ) -> None:
     """Stage 2 of the 1-D world at many seeds: every budget × arm × G of [study] as one batched cell each."""
     from recast_cli import bounds
-    from recast_cli.batched.study import cell_footprint, pending_cells, plan_study, run_study
+    from recast_cli.batched.runner import cell_footprint, pending_cells, plan_study, run_study
     from recast_cli.estimate.config import parse_shard
 
     part = parse_shard(shard)

@@ -184,7 +184,7 @@ def rollout_inputs(cfg: EstimateConfig, world: World) -> dict[str, str]:
     run folder's latest changes as it trains), the positives' manifest, a ``--prompts`` file's prompts.
     The run id holds them (:meth:`EstimateConfig.run_id`): the parts of a run made of other inputs
     are never resumed. ``--policy gmm1d`` has none: the flags fix METHOD.md §4's world."""
-    from recast_cli.settings import digest, load_setting, policy_inputs
+    from recast_cli.setting.load import digest, load_setting, policy_inputs
 
     inputs: dict[str, str | None] = {}
     if "setting" in world.policy_info:  # the file the world was built from (a run's: its setting)

@@ -21,7 +21,7 @@ import torch
 from recast_cli.artifacts import RunRecordError, Source, read_run
 from recast_cli.errors import BadInput
 from recast_cli.estimate.config import EstimateConfig
-from recast_cli.prompts import read_prompt_file
+from recast_cli.setting.prompts import read_prompt_file
 from recast_cli.seeds import analytic_positive_seed, renderer_seeds, sir_draw_seeds, sir_rng
 
 
@@ -52,7 +52,7 @@ def build_world(cfg: EstimateConfig) -> World:
 
     if cfg.policy == "gmm1d":
         return _gmm1d_world(cfg, DEFAULT_WORLD)
-    from recast_cli.settings import analytic_world, load_setting
+    from recast_cli.setting.load import analytic_world, load_setting
 
     setting_name, checkpoint = resolve_policy(cfg.policy)
     setting = load_setting(setting_name)
@@ -72,7 +72,7 @@ def exact_world(policy: str) -> tuple[Any, dict, list[Source]]:
     """The world ``recast estimate --exact`` computes in: ``gmm1d`` (METHOD.md §4's), or a gmm1d or
     flow1d setting's (its ``[world]``, else the default) → (world, config entries, sources)."""
     from recast_cli.policy.world1d import DEFAULT_WORLD
-    from recast_cli.settings import ANALYTIC_KINDS, analytic_world, load_setting
+    from recast_cli.setting.load import ANALYTIC_KINDS, analytic_world, load_setting
 
     if policy == "gmm1d":
         return DEFAULT_WORLD, {}, []
@@ -122,7 +122,7 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
     """An image model (sd3, flux or qwenimage setting): positives from a folder or the toy renderer, or π^old-sampling
     from a prompts file; a run's LoRA when ``--policy`` names a run or checkpoint."""
     from recast_cli.rewards import build_scorer
-    from recast_cli.settings import build_policy, check_prompts, reward_options
+    from recast_cli.setting.load import build_policy, check_prompts, reward_options
 
     spec = setting.policy
     sources: list[Source] = []
@@ -218,7 +218,7 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
     """
     from recast_cli.policy.gmm1d import GMM1DReward
     from recast_cli.policy.world1d import BETA
-    from recast_cli.settings import analytic_world, build_policy
+    from recast_cli.setting.load import analytic_world, build_policy
 
     world = analytic_world(setting.policy)
     unknown = [r for r in cfg.rewards if r not in world.reward_names]

@@ -7,7 +7,7 @@ from typing import Any
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, refuse_duplicates
-from recast_cli.settings import Setting, parse_table
+from recast_cli.setting.load import Setting, parse_table
 from recast_cli.train.config import TrainConfig, config_from_setting as train_config
 
 

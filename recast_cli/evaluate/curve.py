@@ -92,7 +92,7 @@ def plan_curve(target: Target, out: Path, checkpoints: str | None, samplers: str
         lam = tuple(float(x) for x in target.run_record.lam)
     if not rewards or len(lam) != len(rewards):
         raise BadInput(f"{target.setting.file}: nothing to evaluate (rewards {list(rewards)}, lambda {list(lam)})")
-    from recast_cli.settings import analytic_world
+    from recast_cli.setting.load import analytic_world
 
     for name in rewards:  # the world's rewards score the samples: a name it lacks is refused before any work
         analytic_world(target.setting.policy).check_reward(name)
@@ -103,7 +103,7 @@ def plan_curve(target: Target, out: Path, checkpoints: str | None, samplers: str
 def evaluate_curve(plan: CurvePlan, quiet: bool = False) -> CurveTable:
     """Steps 2-3: every (checkpoint, sampler) point, then the table, written atomically."""
     from recast_cli.policy.flow1d import load_network
-    from recast_cli.settings import build_policy, build_reward
+    from recast_cli.setting.load import build_policy, build_reward
     from recast_cli.artifacts.run import step_dir
 
     spec = plan.target.setting.policy

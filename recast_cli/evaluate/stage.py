@@ -116,9 +116,9 @@ def plan_evaluation(target: Target, out: Path, judges: Sequence[str] | None = No
                     seed: int | None = None, batch_size: int | None = None, device: str | None = None) -> EvalPlan:
     """Check an evaluation of the resolved ``target``; BadInput for anything the user can fix (nothing is
     written)."""
-    from recast_cli.prompts import load_prompts
+    from recast_cli.setting.prompts import load_prompts
     from recast_cli.rewards.registry import is_known, scorer_names
-    from recast_cli.settings import check_prompts
+    from recast_cli.setting.load import check_prompts
 
     spec = target.setting.policy
     if spec.kind not in IMAGE_KINDS:
@@ -206,7 +206,7 @@ class EvalWorld:
 def build_world(plan: EvalPlan) -> EvalWorld:
     """The policy (LoRA applied for a run) and every scorer; releases what was built if a step fails."""
     from recast_cli.rewards import build_scorer
-    from recast_cli.settings import build_policy
+    from recast_cli.setting.load import build_policy
 
     spec = plan.target.setting.policy
     steps = plan.cfg.steps if plan.cfg.steps is not None else spec.steps

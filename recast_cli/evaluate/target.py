@@ -16,7 +16,7 @@ from recast_cli.errors import BadInput
 class Target:
     """What is evaluated: a setting's base model, or a run's checkpoint under the run's setting."""
 
-    setting: Any  # recast_cli.settings.Setting
+    setting: Any  # recast_cli.setting.load.Setting
     mode: str  # "base" or the run's W mode
     run: Path | None = None
     run_record: RunRecord | None = None  # the run's run.json
@@ -26,7 +26,7 @@ class Target:
 
 def resolve_target(run: Path | None, setting: str | None, checkpoint: int | None) -> Target:
     """The base model of ``--setting``, or ``--run``'s checkpoint (latest, or step ``checkpoint``)."""
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
     from recast_cli.train.checkpoint import list_checkpoints, read_checkpoint, step_dir
 
     if (run is None) == (setting is None):

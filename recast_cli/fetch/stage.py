@@ -35,7 +35,7 @@ from recast_cli.fetch.http import check_part, check_pins, download
 from recast_cli.fetch.select import select_files
 from recast_cli.fetch.sources import DERIVED, PROMPT_FILES, DerivedFile, PromptFile
 from recast_cli.hub import HubRef, check_inside_cache, hub_id_of, repo_cache_folder
-from recast_cli.settings import Setting, load_setting
+from recast_cli.setting.load import Setting, load_setting
 
 #: A commit id as the Hub answers it: the snapshot folder's name in the HF cache.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")

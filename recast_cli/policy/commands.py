@@ -28,7 +28,7 @@ def sample_command(
 ) -> None:
     """Sample images from a setting's policy and write them as PNGs."""
     from recast_cli.policy.sample import check_outputs, sample_images
-    from recast_cli.settings import build_policy, check_prompts, load_setting
+    from recast_cli.setting.load import build_policy, check_prompts, load_setting
 
     bounds.check_all(("images_per_prompt", "--n", n), ("seed", "--seed", seed), ("steps", "--steps", steps),
                      ("batch", "--batch", batch))
@@ -52,7 +52,7 @@ def tiny_model_command(
 ) -> None:
     """Write a random-initialised, CPU-sized pipeline of a family's real architecture (smoke tests)."""
     from recast_cli.policy.tiny import write_tiny_model
-    from recast_cli.prompts import read_prompt_file
+    from recast_cli.setting.prompts import read_prompt_file
 
     bounds.check("seed", seed, "--seed")
     words = read_prompt_file(prompts)[0] if prompts is not None else []

@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.special import logsumexp, ndtr, ndtri
 
 from recast_cli.errors import BadInput
+from recast_cli.grid import GridSpec
 
 #: The most cells a reward may have: its explicit cells, or its periodic cells over the support.
 MAX_CELLS = 10_000
@@ -47,6 +48,8 @@ MAX_COORDINATE = 1e6
 MIN_STD = 1e-6
 #: β of the analytic worlds: π⁺ ∝ π^old·exp(r/β) with the raw reward (METHOD.md §4).
 BETA = 0.5
+#: The σ grid of every 1-D world (METHOD.md §4): linear in σ.
+GRID = GridSpec("linear")
 #: The largest tilt (r_max − r_min)/β of a reward: every exp of a reward over β is taken relative to one of
 #: its values (rejection's exp((r − r_max)/β), the π⁺ CDF's and cell sampler's, the exact D's
 #: expm1((u − u_0)/β)), so it stays within e^{±700} ≈ 1e±304, inside float64 (largest about e^709.8) with
@@ -212,6 +215,9 @@ class World1D:
     stds: tuple[float, ...]
     rewards: tuple[tuple[str, StepReward], ...]
     label: str = field(default="gmm1d", compare=False)
+    #: what every 1-D world shares: its σ grid and the β of its π⁺ (the one place each is written)
+    grid: ClassVar[GridSpec] = GRID
+    beta: ClassVar[float] = BETA
 
     def __post_init__(self) -> None:
         check_world(self)

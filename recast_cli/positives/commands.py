@@ -85,7 +85,7 @@ def sample_positive_command(
 def _load_setting(setting: str | None):
     if setting is None:
         return None
-    from recast_cli.settings import load_setting
+    from recast_cli.setting.load import load_setting
 
     return load_setting(setting)
 
@@ -93,8 +93,8 @@ def _load_setting(setting: str | None):
 def _prompts(setting, prompts_file: Path | None) -> tuple[list[str], list[Path]]:
     """Prompts from --prompts, else the setting's ``[positives] prompts`` file, else the toy vocabulary."""
     from recast_cli.positives.config import config_from_setting as positives_config
-    from recast_cli.prompts import read_prompt_file
-    from recast_cli.settings import check_prompts
+    from recast_cli.setting.prompts import read_prompt_file
+    from recast_cli.setting.load import check_prompts
 
     if prompts_file is None and setting is None:
         raise BadInput("give --setting S or --prompts FILE")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from recast_cli.errors import BadInput, refuse_duplicates
-from recast_cli.settings import Setting, parse_table
+from recast_cli.setting.load import Setting, parse_table
 
 
 @dataclass(frozen=True)

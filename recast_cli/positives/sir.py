@@ -114,7 +114,7 @@ class SelfSource(PositiveSource):
             self.scorers[name].check_prompts(list(prompts))
 
     def produce(self, jobs: Sequence[Job]) -> Iterator[Outcome]:
-        from recast_cli.settings import build_policy
+        from recast_cli.setting.load import build_policy
 
         by_prompt: dict[int, list[Job]] = defaultdict(list)
         for job in jobs:

@@ -69,7 +69,7 @@ def _gemini(arg, flags, setting, resolution):
 
 def _self(arg, flags, setting, resolution):
     from recast_cli.positives.sir import SelfSource
-    from recast_cli.settings import reward_options
+    from recast_cli.setting.load import reward_options
 
     if setting is None:
         raise BadInput("--source self samples the setting's policy: give --setting")

@@ -19,7 +19,7 @@ from typing import Any
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.options import reward_options
-from recast_cli.settings import Setting, parse_table
+from recast_cli.setting.load import Setting, parse_table
 from recast_cli.train.loggers import LOGGERS
 
 KL_FORMS = ("exact", "flowgrpo")

@@ -21,8 +21,8 @@ from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.families import IMAGE_KINDS
-from recast_cli.prompts import load_prompts
-from recast_cli.settings import Setting, digest, policy_inputs
+from recast_cli.setting.prompts import load_prompts
+from recast_cli.setting.load import Setting, digest, policy_inputs
 from recast_cli.solve.stage import static_matrix
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, skip_clean_of, trained_steps
@@ -97,7 +97,7 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
              device: str | None, sigmas_desc: np.ndarray | None = None, grid: GridSpec | None = None) -> Plan:
     """Resolve and check a run of the loaded ``setting``; raises BadInput for anything the user can fix
     (nothing is written)."""
-    from recast_cli.settings import check_prompts
+    from recast_cli.setting.load import check_prompts
 
     if setting.policy.kind not in TRAINABLE:
         raise BadInput(f"setting {setting.name!r}: recast train needs a trainable policy ({', '.join(TRAINABLE)}), "
@@ -107,7 +107,7 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
                        f"set [train] lora_rank = 0 (got {cfg.lora_rank})")
     check_config(cfg)
     if setting.policy.kind == "flow1d":  # its rewards are its world's ([world], or METHOD.md §4's)
-        from recast_cli.settings import analytic_world
+        from recast_cli.setting.load import analytic_world
 
         for name in cfg.rewards:
             analytic_world(setting.policy).check_reward(name)

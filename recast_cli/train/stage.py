@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from recast_cli.errors import BadInput
-from recast_cli.settings import load_setting
+from recast_cli.setting.load import load_setting
 from recast_cli.train.config import apply_overrides, config_from_setting
 
 

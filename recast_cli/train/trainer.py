@@ -38,7 +38,7 @@ import torch
 from recast_cli.artifacts import FolderLock, RunRecord, atomic_write_bytes, write_run
 from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.errors import BadInput
-from recast_cli.prompts import prompt_stream
+from recast_cli.setting.prompts import prompt_stream
 from recast_cli.seeds import train_seeds, update_rng
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.loggers import start_loggers
@@ -111,7 +111,7 @@ class Trainer:
         from accelerate import Accelerator
 
         from recast_cli.policy.lora import trained_parameters
-        from recast_cli.settings import build_policy, build_reward
+        from recast_cli.setting.load import build_policy, build_reward
 
         plan, cfg = self.plan, self.cfg
         fsdp_version = requested_fsdp()

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from recast_cli.cli import app
 from recast_cli.errors import BadInput
-from recast_cli.settings import load_setting
+from recast_cli.setting.load import load_setting
 from recast_cli.train.config import apply_overrides, check_config, config_from_setting
 from recast_cli.train.loggers import RunLoggers, start_loggers, wandb_run_id
 from recast_cli.train.metrics import MetricsLog, read_metrics

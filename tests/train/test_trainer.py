@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from recast_cli.errors import BadInput
-from recast_cli.settings import load_setting
+from recast_cli.setting.load import load_setting
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, config_from_setting
 from recast_cli.train.metrics import TIMING_COLUMNS, read_metrics

@@ -34,8 +34,8 @@ from recast_cli.artifacts.io import atomic_write_bytes
 from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.outputs import refuse_foreign_file
 from recast_cli.errors import BadInput
-from recast_cli.settings import Setting, digest, file_digest, load_setting, policy_inputs, world_of
-from recast_cli.study import ESTIMATE_KEYS, EXACT_KEYS, ArmSpec, StudySpec, load_study
+from recast_cli.setting.load import Setting, digest, file_digest, load_setting, policy_inputs, world_of
+from recast_cli.study.spec import ESTIMATE_KEYS, EXACT_KEYS, ArmSpec, StudySpec, load_study
 from recast_cli.train.config import TrainConfig, config_from_setting, skip_clean_of, trained_steps
 
 #: ``OUT/study.json``: the digests of the inputs of every gain table and W file of the study

@@ -1,5 +1,4 @@
-"""``recast check-setting`` and ``recast study-makefile``: the Typer commands over a setting file
-(:mod:`recast_cli.settings_check` and :mod:`recast_cli.study`)."""
+"""``recast preflight``: the Typer command over :mod:`recast_cli.preflight.stage` and its tables."""
 
 from __future__ import annotations
 
@@ -9,49 +8,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from recast_cli.errors import ERROR_LINE_LIMIT, BadInput, cut
 
 out = Console()
-
-
-def study_makefile_command(
-    setting: str = typer.Option(..., "--setting", help="Setting name (pipelines/NAME.toml) or a .toml path."),
-    root: Path = typer.Option(None, "--root", help="Where the study's artifacts go (default artifacts/SETTING)."),
-    recast: str = typer.Option("recast", "--recast", help="The recast executable the recipes call."),
-) -> None:
-    """Print the Make graph of a setting's study ([study] table): `make all SETTING=S` runs it."""
-    from recast_cli.settings import load_setting
-    from recast_cli.study import study_makefile
-
-    name = load_setting(setting).name
-    text = study_makefile(setting, root or Path("artifacts") / name, recast)
-    if "\n\t" not in text:
-        raise BadInput("the study has no steps")
-    typer.echo(text)
-
-
-def check_setting_command(
-    setting: str = typer.Argument(..., help="Setting name (pipelines/NAME.toml) or a .toml path."),
-    all_problems: bool = typer.Option(False, "--all", help="List every problem (one line each), not just the first."),
-) -> None:
-    """Check a setting and every model, prompt and data path it names (no weights are loaded)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from recast_cli.settings_check import check_setting
-
-    report = check_setting(setting, stop_at_first=not all_problems)
-    table = Table(title=f"check-setting {report.file}", title_justify="left")
-    for column in ("check", "subject", "result"):
-        table.add_column(column, overflow="fold")
-    for row in report.rows:
-        table.add_row(*(Text(cell) for cell in row), style="red" if row[2] == "FAIL" else None)
-    out.print(table)
-    if report.problems:
-        for line in report.problems:
-            sys.stderr.write(f"recast: error: {cut(line, ERROR_LINE_LIMIT)}\n")
-        raise typer.Exit(2)
-    out.print(f"{report.file.name}: all {len(report.rows)} checks passed")
 
 
 def preflight_command(
@@ -69,7 +27,7 @@ def preflight_command(
     """Check a setting's policy at its real architecture on random weights, before real weights."""
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-    from recast_cli.preflight import preflight
+    from recast_cli.preflight.stage import preflight
 
     with Progress(TextColumn("preflight {task.description}"), TimeElapsedColumn(), console=Console(stderr=True),
                   transient=True) as progress:
@@ -185,5 +143,3 @@ def _print_phases(record: dict) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("preflight")(preflight_command)
-    app.command("study-makefile")(study_makefile_command)
-    app.command("check-setting")(check_setting_command)

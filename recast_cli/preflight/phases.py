@@ -17,7 +17,7 @@ Each phase runs one unit of its stage at the setting's sizes:
 * ``rewards``: each in-process reward and judge network alone, one ``batch_size`` chunk scored.
 
 The rewards and judges with a network (clip, pick, hps, aesthetic, imagereward) are their real
-architectures on random weights where the setting puts them (:mod:`recast_cli.preflight_rewards`);
+architectures on random weights where the setting puts them (:mod:`recast_cli.preflight.rewards`);
 every other name is :data:`STAND_IN` (a registered, weight-free scorer on the host). Prompts are
 the toy world's; neither changes the shapes the models see (the encoders pad to fixed lengths).
 Each phase runs the policy with the text encoders where ``[policy] offload_text_encoders`` puts
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recast_cli.preflight_rewards import RewardModel, build_reward_model, empty, placement, reward_options, where
+from recast_cli.preflight.rewards import RewardModel, build_reward_model, empty, placement, reward_options, where
 from recast_cli.rewards.base import Images, Scorer, as_float, check_batch, chunks
 
 #: the scorer standing in for every reward and judge without a network: registered, weight-free, on the host

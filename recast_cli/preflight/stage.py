@@ -10,11 +10,11 @@ folder when it is there, else from the shipped architecture configs (``pipelines
 ``--scale tiny`` builds the ``recast tiny-model`` architecture of the same family instead.
 
 The build phase also places every reward and judge and counts the networks of those that run in
-this process at their real architectures (:mod:`recast_cli.preflight_rewards`): CLIP ViT-L/14,
+this process at their real architectures (:mod:`recast_cli.preflight.rewards`): CLIP ViT-L/14,
 PickScore's CLIP-H/14, HPSv2's open_clip ViT-H-14, ImageReward's BLIP, the aesthetic CLIP + MLP;
 served ones (UnifiedReward's vLLM server, ``NAME@URL``) are named and not counted.
 
-Phases ``rewards``, ``estimate``, ``train`` and ``evaluate`` (:mod:`recast_cli.preflight_phases`)
+Phases ``rewards``, ``estimate``, ``train`` and ``evaluate`` (:mod:`recast_cli.preflight.phases`)
 run the stages' own code on the same architecture with random weights (:func:`random_pipeline`:
 built with its parameters on ``meta``, materialised on the device and initialised there), with the
 reward networks on random weights too, on CUDA when there is one, at the setting's precision; the
@@ -37,9 +37,9 @@ from recast_cli import __version__
 from recast_cli.artifacts import atomic_write_bytes, claim_output
 from recast_cli.errors import BadInput
 from recast_cli.policy.lora import lora_parameters
-from recast_cli.preflight_phases import INIT, materialise
-from recast_cli.preflight_rewards import rewards_build
-from recast_cli.settings import PIPELINES
+from recast_cli.preflight.phases import INIT, materialise
+from recast_cli.preflight.rewards import rewards_build
+from recast_cli.setting.load import PIPELINES
 
 PREFLIGHT_SCHEMA = "recast.preflight/1"
 PHASES = ("build", "rewards", "estimate", "train", "evaluate")
@@ -158,7 +158,7 @@ def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
 def random_pipeline(folder: Path | None, device, dtype, max_sequence_length: int):
     """The setting's ``StableDiffusion3Pipeline`` with random weights on ``device`` (in ``dtype``).
 
-    Built with its parameters on ``meta`` (buffers on the CPU) and :func:`~recast_cli.preflight_phases.materialise`-d
+    Built with its parameters on ``meta`` (buffers on the CPU) and :func:`~recast_cli.preflight.phases.materialise`-d
     component by component, so a 7.9 B-parameter pipeline is never initialised on the CPU.
     Text goes through the offline word-level tokenizer of the toy model at the real lengths
     (CLIP's position table, 77 tokens in SD3.5; T5 padded to ``max_sequence_length``), also when
@@ -223,8 +223,8 @@ def preflight(setting_name: str, out: Path, scale: str = "full", phases: str = "
     import diffusers
     import torch
 
-    from recast_cli.preflight_phases import host_rss_peak
-    from recast_cli.settings import load_setting
+    from recast_cli.preflight.phases import host_rss_peak
+    from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting
 
     if scale not in SCALES:
@@ -277,7 +277,7 @@ def _fits(phases: dict[str, Any]) -> bool | None:
 def _estimate_budget(setting) -> tuple[int, int, int, int, int | None]:
     """(T, N, K, rollout batch, P) of the setting's estimate: its ``[study]``, else ``recast estimate``'s defaults."""
     from recast_cli.estimate.config import EstimateConfig
-    from recast_cli.study import load_study
+    from recast_cli.study.spec import load_study
 
     defaults = EstimateConfig(policy="", rewards=())
     if not isinstance(setting.raw.get("study"), dict):
@@ -291,9 +291,9 @@ def _run_phases(record, running, setting, cfg, folder, device, precision, scale,
     import torch
 
     from recast_cli.policy.sd3 import PRECISIONS
-    from recast_cli.preflight_phases import (STAND_IN, Bench, estimate_phase, evaluate_phase, measured,
+    from recast_cli.preflight.phases import (STAND_IN, Bench, estimate_phase, evaluate_phase, measured,
                                              rewards_phase, train_phase)
-    from recast_cli.preflight_rewards import placement, scorer_roles
+    from recast_cli.preflight.rewards import placement, scorer_roles
     from recast_cli.toy.renderer import all_prompts
 
     roles = scorer_roles(setting)

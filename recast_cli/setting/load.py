@@ -31,7 +31,7 @@ from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.policy.world_table import world_from_table
 from recast_cli.rewards.options import reward_options as reward_tables
 
-PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
 ANALYTIC_KINDS = ("gmm1d", "flow1d")
 POLICY_KINDS = (*IMAGE_KINDS, *ANALYTIC_KINDS)
 PROMPT_CHECKS = ("none", "toy")

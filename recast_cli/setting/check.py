@@ -2,7 +2,7 @@
 
 Each table is read by its own parser, the one its stage uses, and then checked here:
 
-* ``[policy]``  the model (``recast_cli.settings``);
+* ``[policy]``  the model (``recast_cli.setting.load``);
 * ``[world]``   a gmm1d or flow1d setting's analytic world: mixture and step-function rewards
   (``recast_cli.policy.world1d``, read with the setting); its rewards are the training rewards' scorers;
 * ``[train]``   the trainer's defaults (``recast_cli.train.config``);
@@ -28,7 +28,7 @@ from recast_cli.hub import hub_id_of
 from recast_cli.policy.families import IMAGE_KINDS, policy_class
 from recast_cli.evaluate.config import config_from_setting as evaluate_config
 from recast_cli.positives.config import config_from_setting as positives_config
-from recast_cli.prompts import load_prompts
+from recast_cli.setting.prompts import load_prompts
 from recast_cli.rewards.options import (
     CONFIG_OR_NAME_OPTIONS,
     EXTRA_PATH_OPTIONS,
@@ -36,8 +36,8 @@ from recast_cli.rewards.options import (
     weight_specs,
 )
 from recast_cli.rewards.weights import resolve
-from recast_cli.settings import ANALYTIC_KINDS, KNOWN_TABLES, Setting, analytic_world, check_prompts, load_setting
-from recast_cli.study import StudySpec, load_study
+from recast_cli.setting.load import ANALYTIC_KINDS, KNOWN_TABLES, Setting, analytic_world, check_prompts, load_setting
+from recast_cli.study.spec import StudySpec, load_study
 from recast_cli.train.config import check_config, config_from_setting as train_config
 
 #: What a folder-valued weight must hold to be a transformers model (or processor) folder.
@@ -336,7 +336,7 @@ def _check_positives(setting: Setting, rewards, options) -> str:
         raise BadInput(f"rewards must be a list of registered scorer names, got {list(table.rewards)!r}")
     if table.prompts is None:
         return "no prompts file"
-    from recast_cli.prompts import read_prompt_file
+    from recast_cli.setting.prompts import read_prompt_file
 
     path = table.prompts.resolve()
     if not path.is_file():

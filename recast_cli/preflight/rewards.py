@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from recast_cli.errors import BadInput
-from recast_cli.settings import PIPELINES
+from recast_cli.setting.load import PIPELINES
 
 CONFIGS = PIPELINES / "configs"
 #: the scorers load their checkpoints in fp32

@@ -1,0 +1,268 @@
+"""The ``[study]`` table of a setting: its budgets, seeds, arms and the estimate that W is solved from
+(``load_study`` → ``StudySpec``), and what of a setting determines each of a study's artifacts."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from recast_cli import bounds
+from recast_cli.errors import BadInput, shown
+from recast_cli.setting.load import Setting, file_digest, parse_table
+
+#: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
+STUDY_MODES = ("static", "recast", "nosink", "reversed")
+SAMPLINGS = ("pplus", "pold")
+STUDY_GAINS = ("estimate", "exact")
+PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
+PATH_SOURCES = ("folder", "diffusers")
+
+
+KERNELS = ("exp", "power")
+#: a number of a "LO:HI" seeds string: ASCII digits, no more than ``int`` reads (4300)
+DIGITS = r"[0-9]{1,4300}"
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One arm of ``recast study``: the solve-w mode and kernel, and what W is solved from (the exact
+    gains of the analytic world, or the sampled estimate at the base policy). ``label`` names it."""
+
+    mode: str
+    kernel: str
+    gains: str
+    label: str
+
+    @classmethod
+    def parse(cls, text: str) -> ArmSpec:
+        """``MODE[:KERNEL[:GAINS]]`` → the arm, labelled by its parts joined with '-' (``recast:power`` →
+        ``recast-power``); BadInput for an unknown part."""
+        parts = text.split(":") if isinstance(text, str) else []
+        if not 1 <= len(parts) <= 3 or parts[0] not in STUDY_MODES:
+            raise BadInput(f"arm {shown(text)}: expected MODE[:KERNEL[:GAINS]] with MODE one of {', '.join(STUDY_MODES)}")
+        kernel = parts[1] if len(parts) > 1 else "exp"
+        gains = parts[2] if len(parts) > 2 else "exact"
+        if kernel not in KERNELS or gains not in STUDY_GAINS:
+            raise BadInput(f"arm {text!r}: the kernel must be one of {', '.join(KERNELS)} and the gains one of "
+                           f"{', '.join(STUDY_GAINS)}")
+        return cls(parts[0], kernel, gains, "-".join(parts))
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """The sweep of one setting: budgets × seeds × modes after one static warmup (METHOD.md §6–7).
+
+    ``budgets`` hold one λ per reward of ``rewards`` (the ``[train]`` order). The warmup trains
+    ``warmup_steps`` steps with static W and ``[train] lambda`` from the base model; W is then
+    estimated at the warmup checkpoint (``estimate_steps``, ``alpha``, ``n``, ``k``, ``p``,
+    ``sampling``, positives from ``positives``, a ``recast sample-positive --source`` value) and
+    solved per budget and mode with temperature ``tau``.
+    """
+
+    rewards: tuple[str, ...]
+    budgets: tuple[tuple[float, ...], ...]
+    seeds: tuple[int, ...] = (0,)
+    modes: tuple[str, ...] = STUDY_MODES
+    warmup_steps: int = 0
+    estimate_steps: int = 25
+    alpha: float = 2.0
+    n: int = 8
+    k: int = 16
+    p: int | None = None
+    sampling: str = "pplus"
+    positives: str | None = None
+    tau: float = 1.0
+    gains: str = "estimate"  # what W is solved from: the sampled estimate, or (flow1d) the exact table
+    control: str | None = None  # flow1d: another flow1d setting whose study runs beside this one
+    # ``recast study`` (the batched engine of the 1-D world) only:
+    arms: tuple[str, ...] = ()  # MODE[:KERNEL[:GAINS]] each; default: the modes, kernel exp, W from ``gains``
+    group_sizes: tuple[int, ...] = ()  # G per cell at [train]'s G × prompts_per_step rollouts; default [train]'s
+    eval_n: int | None = None  # evaluation samples per checkpoint; default [evaluate] n
+    learning_rates: tuple[tuple[str, float], ...] = ()  # arm label (or ARM@G) → its learning rate
+
+    @staticmethod
+    def label(budget: tuple[float, ...]) -> str:
+        """A budget as a file-name part: (1, 1, 1, 2) → ``1-1-1-2``."""
+        return "-".join(f"{x:g}" for x in budget)
+
+    @staticmethod
+    def lambda_arg(budget: tuple[float, ...]) -> str:
+        """A budget as ``--lambda`` takes it: (1, 1, 1, 2) → ``1,1,1,2``."""
+        return ",".join(f"{x:g}" for x in budget)
+
+    def arm_specs(self) -> tuple[ArmSpec, ...]:
+        """The arms ``recast study`` trains: ``arms``, or every mode with the exp kernel and W from ``gains``."""
+        if self.arms:
+            return tuple(ArmSpec.parse(a) for a in self.arms)
+        return tuple(ArmSpec(mode, "exp", self.gains, mode) for mode in self.modes)
+
+    def positives_path(self) -> Path | None:
+        """The folder of a ``folder:DIR`` / ``diffusers:PATH`` source (already resolved), else None."""
+        if self.positives and self.positives.split(":", 1)[0] in PATH_SOURCES:
+            return Path(self.positives.split(":", 1)[1])
+        return None
+
+
+def load_study(setting: Setting) -> StudySpec:
+    """The ``[study]`` table, checked (BadInput names the key); paths resolved against the setting."""
+    where = f"{setting.file.name}: [study]"
+    table = setting.raw.get("study")
+    if not isinstance(table, dict):
+        raise BadInput(f"{setting.file}: no [study] table")
+    rewards = _train_rewards(setting)
+
+    def budgets(value: Any) -> tuple[tuple[float, ...], ...]:
+        if not isinstance(value, list) or not value:
+            raise BadInput(f"{where} budgets must be a non-empty list of λ lists")
+        parsed = []
+        for i, budget in enumerate(value):
+            if not isinstance(budget, list) or not all(_is_number(x) for x in budget):
+                raise BadInput(f"{where} budgets[{i}] = {budget!r} is not a list of numbers")
+            if len(budget) != len(rewards):
+                raise BadInput(f"{where} budgets[{i}] has {len(budget)} values for {len(rewards)} rewards "
+                               f"({', '.join(rewards)})")
+            if not all(math.isfinite(x) and x > 0 for x in budget):
+                raise BadInput(f"{where} budgets[{i}] = {budget} must hold positive numbers")
+            parsed.append(tuple(float(x) for x in budget))
+        if len(set(parsed)) != len(parsed):
+            raise BadInput(f"{where} budgets lists a budget twice")
+        return tuple(parsed)
+
+    def no_budgets() -> NoReturn:
+        raise BadInput(f"{where} needs budgets = [[λ per reward], ...]")
+
+    def seeds(value: Any) -> tuple[int, ...]:
+        if isinstance(value, str):  # "LO:HI", a half-open range: the hundreds of seeds of a batched study
+            lo, sep, hi = (part.strip() for part in value.partition(":"))
+            if not sep or not re.fullmatch(DIGITS, lo) or not re.fullmatch(DIGITS, hi) or int(lo) >= int(hi):
+                raise BadInput(f"{where} seeds = {shown(value)}: a string must be \"LO:HI\" with LO < HI")
+            value = list(bounds.seed_range(int(lo), int(hi), f"{where} seeds"))
+        seeds = _int_list(value, f"{where} seeds")
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise BadInput(f"{where} seeds must be distinct integers, got {shown(value)}")
+        bounds.check("study_seeds", len(seeds), f"{where} seeds (how many)")
+        for i, seed in enumerate(seeds):
+            bounds.check("seed", seed, f"{where} seeds[{i}]")
+        return tuple(seeds)
+
+    def modes(value: Any) -> tuple[str, ...]:
+        if (not isinstance(value, list) or not value or len(set(map(str, value))) != len(value)
+                or any(m not in STUDY_MODES for m in value)):
+            raise BadInput(f"{where} modes must be distinct values of {', '.join(STUDY_MODES)}, got {value!r}")
+        return tuple(value)
+
+    def gains(value: Any) -> str:
+        _one_of(value, STUDY_GAINS, f"{where} gains")
+        if value == "exact" and setting.policy.kind != "flow1d":
+            raise BadInput(f"{where} gains = \"exact\" needs the analytic world (a flow1d policy)")
+        return value
+
+    def control(value: Any) -> str:
+        if setting.policy.kind != "flow1d" or not isinstance(value, str):
+            raise BadInput(f"{where} control names another flow1d setting (a .toml path) of a flow1d study")
+        path = (setting.file.parent / value).resolve()
+        if not path.is_file():
+            raise BadInput(f"{where} control = {value!r}: no such setting ({path})")
+        if path == setting.file.resolve():
+            raise BadInput(f"{where} control names the setting itself")
+        return str(path)
+
+    def unknown(keys: list[str], allowed: list[str]) -> str:
+        return f"{where}: unknown key {', '.join(sorted(keys))}; allowed: {', '.join(sorted(allowed))}"
+
+    def arms(value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise BadInput(f"{where} arms must be a non-empty list of \"MODE[:KERNEL[:GAINS]]\" strings")
+        labels = [ArmSpec.parse(v).label for v in value]
+        if len(set(labels)) != len(labels):
+            raise BadInput(f"{where} arms lists an arm twice")
+        if setting.policy.kind != "flow1d":
+            raise BadInput(f"{where} arms are for recast study, the batched engine of the 1-D world (flow1d)")
+        return tuple(value)
+
+    def group_sizes(value: Any) -> tuple[int, ...]:
+        sizes = _int_list(value, f"{where} group_sizes")
+        if not sizes or len(set(sizes)) != len(sizes):
+            raise BadInput(f"{where} group_sizes must be distinct integers, got {shown(value)}")
+        for i, g in enumerate(sizes):
+            bounds.check("group_size", g, f"{where} group_sizes[{i}]")
+            if g < 2:
+                raise BadInput(f"{where} group_sizes[{i}] = {g}: a group needs at least 2 samples")
+        return tuple(sizes)
+
+    def learning_rates(value: Any) -> tuple[tuple[str, float], ...]:
+        if not isinstance(value, dict) or not value:
+            raise BadInput(f"{where} learning_rates must be a table of arm label = learning rate")
+        return tuple((str(k), _positive(v, f"{where} learning_rates.{k}")) for k, v in value.items())
+
+    parse = {"budgets": budgets, "seeds": seeds, "modes": modes, "arms": arms, "group_sizes": group_sizes,
+             "eval_n": lambda v: bounds.check("images_per_prompt", v, f"{where} eval_n"), "learning_rates": learning_rates,
+             **{key: (lambda v, key=key, kind=kind: bounds.check(kind, v, f"{where} {key}"))
+                for key, kind in (("warmup_steps", "warmup_steps"), ("estimate_steps", "steps"),
+                                  ("n", "positives_per_prompt"), ("k", "rollouts"), ("p", "prompts"))},
+             **{key: (lambda v, key=key: _positive(v, f"{where} {key}")) for key in ("alpha", "tau")},
+             "sampling": lambda v: _one_of(v, SAMPLINGS, f"{where} sampling"),
+             "positives": lambda v: _positives_source(v, setting.file, where),
+             "gains": gains, "control": control}
+    return parse_table(StudySpec, table, unknown, parse, absent={"budgets": no_budgets}, rewards=rewards)
+
+
+def _train_rewards(setting: Setting) -> tuple[str, ...]:
+    rewards = setting.raw.get("train", {}).get("rewards") if isinstance(setting.raw.get("train"), dict) else None
+    if not isinstance(rewards, list) or not rewards or not all(isinstance(r, str) for r in rewards):
+        raise BadInput(f"{setting.file.name}: [study] budgets need [train] rewards = [\"name\", ...]")
+    return tuple(rewards)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _one_of(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise BadInput(f"{where} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise BadInput(f"{where} must be a list of integers, got {shown(value)}")
+    return value
+
+
+def _positive(value: Any, where: str) -> float:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise BadInput(f"{where} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _positives_source(value: Any, setting_file: Path, where: str) -> str:
+    """A ``recast sample-positive --source`` value; the path of folder:/diffusers: resolved."""
+    if not isinstance(value, str):
+        raise BadInput(f"{where} positives must be a string, got {value!r}")
+    kind, _, rest = value.partition(":")
+    if kind in PATH_SOURCES and rest:
+        return f"{kind}:{(setting_file.parent / rest).resolve()}"
+    if value in PLAIN_SOURCES:
+        return value
+    raise BadInput(f"{where} positives = {value!r}: expected one of {', '.join(PLAIN_SOURCES)}, folder:DIR or "
+                   "diffusers:PATH (the sources of recast sample-positive)")
+
+
+# --------------------------------------------------------------------------- what determines an artifact
+
+
+def table_content(setting: Setting, name: str) -> dict[str, Any]:
+    """The setting's table ``name`` as written, and the content of the prompts file it names (a file's
+    content is what a recipe reads, not its name)."""
+    table = setting.raw.get(name)
+    prompts = table.get("prompts") if isinstance(table, dict) else None
+    return {"table": table, "prompts": file_digest(setting.file.parent / prompts) if isinstance(prompts, str) else None}
+
+
+#: the ``[study]`` keys the gain tables are estimated with (the exact table: the first three)
+ESTIMATE_KEYS = ("rewards", "estimate_steps", "alpha", "n", "k", "p", "sampling", "positives")
+EXACT_KEYS = ESTIMATE_KEYS[:3]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from recast_cli.setting.load import load_setting
-from recast_cli.toy.quality import quality
+from recast_cli.evaluate.toy_quality import quality
 
 MODEL = Path(__file__).resolve().parents[1] / "pipelines" / "toy" / "model"
 

@@ -1,13 +1,17 @@
-"""``recast check-setting``: the Typer command over :mod:`recast_cli.setting.check`."""
+"""The commands whose subject is a setting: ``recast check-setting`` (:mod:`recast_cli.setting.check`) and
+``recast sample`` (the setting's policy, :mod:`recast_cli.policy.sample`)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 
-from recast_cli.errors import ERROR_LINE_LIMIT, cut
+from recast_cli import bounds
+from recast_cli.errors import ERROR_LINE_LIMIT, BadInput, cut
 
 out = Console()
 
@@ -36,5 +40,36 @@ def check_setting_command(
     out.print(f"{report.file.name}: all {len(report.rows)} checks passed")
 
 
+def sample_command(
+    out_dir: Path = typer.Option(..., "--out", help="Folder for the PNGs."),
+    setting: str = typer.Option("toy", help="Setting name (pipelines/NAME.toml) or a .toml path."),
+    prompt: list[str] = typer.Option(..., "--prompt", help="Prompt (repeat for several)."),
+    n: int = typer.Option(4, "--n", help="Images per prompt."),
+    seed: int = typer.Option(0, help="Image i of a prompt uses seed + i."),
+    steps: Optional[int] = typer.Option(None, help="Sampling steps (default: the setting's)."),
+    guidance_scale: Optional[float] = typer.Option(None, "--cfg", help="CFG scale (default: the setting's)."),
+    noise_level: float = typer.Option(0.0, help="SDE noise level a (0: deterministic ODE)."),
+    batch: int = typer.Option(8, help="Images per model batch."),
+    device: Optional[str] = typer.Option(None, help="torch device (default: cuda if available)."),
+) -> None:
+    """Sample images from a setting's policy and write them as PNGs."""
+    from recast_cli.policy.sample import check_outputs, sample_images
+    from recast_cli.setting.load import build_policy, check_prompts, load_setting
+
+    bounds.check_all(("images_per_prompt", "--n", n), ("seed", "--seed", seed), ("steps", "--steps", steps),
+                     ("batch", "--batch", batch))
+    if noise_level < 0:
+        raise BadInput(f"--noise-level must be >= 0, got {noise_level}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"cannot write into {out_dir}: it is not a directory")
+    spec = load_setting(setting).policy
+    check_prompts(spec, prompt)
+    check_outputs(prompt, n, out_dir, seed=seed)
+    policy = build_policy(spec, device=device, steps=steps, guidance_scale=guidance_scale)
+    paths = sample_images(policy, prompt, n, out_dir, seed=seed, noise_level=noise_level, batch=batch)
+    out.print(f"wrote {len(paths)} images to {out_dir}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("check-setting")(check_setting_command)
+    app.command("sample")(sample_command)

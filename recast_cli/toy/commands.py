@@ -49,7 +49,7 @@ def toy_quality_command(
     """Toy rewards on renderer images vs the model's samples vs a random-initialised model."""
     import tempfile
 
-    from recast_cli.toy.quality import TOY_REWARDS, quality
+    from recast_cli.evaluate.toy_quality import TOY_REWARDS, quality
 
     bounds.check_all(("quality_images", "--n", n), ("seed", "--seed", seed))
     with tempfile.TemporaryDirectory() as work:

@@ -107,6 +107,28 @@ def test_weight_file_loads_with_plain_safetensors(tmp_path):
     assert json.loads(meta["sigmas"])[0] == 1.0 and json.loads(meta["sigmas"])[-1] == 0.0
 
 
+def test_weights_record_their_kernel_and_a_file_without_one_reads_as_exp(tmp_path):
+    from dataclasses import replace
+
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    path = tmp_path / "W.safetensors"
+    write_weights(path, replace(_weights(), kernel="power"))
+    assert read_weights(path).kernel == "power"
+    tensors = load_file(str(path))
+    with safe_open(str(path), framework="numpy") as fh:
+        meta = fh.metadata()
+    assert meta["kernel"] == "power"
+    older = {k: v for k, v in meta.items() if k != "kernel"}  # written before W recorded its kernel
+    save_file(tensors, str(tmp_path / "old.safetensors"), metadata=older)
+    assert read_weights(tmp_path / "old.safetensors").kernel == "exp"
+    save_file(tensors, str(tmp_path / "bad.safetensors"), metadata={**meta, "kernel": "cosine"})
+    with pytest.raises(BadInput) as err:
+        read_weights(tmp_path / "bad.safetensors")
+    assert str(err.value) == f"{tmp_path / 'bad.safetensors'}: 'kernel' must be one of exp, power, got 'cosine'"
+
+
 def test_atomic_output_leaves_nothing_when_the_writer_fails(tmp_path):
     path = tmp_path / "out.bin"
     path.write_bytes(b"previous good artifact")

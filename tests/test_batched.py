@@ -185,6 +185,64 @@ def test_bad_studies_are_one_line(tmp_path, study, args, message):
     assert not (tmp_path / "st" / "cells").exists() or not any((tmp_path / "st" / "cells").iterdir())
 
 
+def test_the_plan_is_every_budget_by_arm_by_group_size_with_its_learning_rate(tmp_path):
+    from recast_cli.setting.load import load_setting
+    from recast_cli.study.spec import load_study
+    from recast_cli.train.config import config_from_setting
+
+    study = ('arms = ["static", "recast:power"]\ngroup_sizes = [2, 8]\n'
+             'learning_rates = {"recast-power" = 0.1, "static@8" = 0.2}')
+    setting = load_setting(str(write_setting(tmp_path, study=study)))
+    cells = load_study(setting).cells(config_from_setting(setting), setting.file.name)
+    assert [c.name for c in cells] == [f"{b}-{a}-g{g}" for b in ("1-1", "1-2") for a in ("static", "recast-power")
+                                       for g in (2, 8)]
+    assert {c.weights_name for c in cells} == {"1-1-static", "1-1-recast-power", "1-2-static", "1-2-recast-power"}
+    assert [(c.group_size, c.prompts_per_step) for c in cells[:2]] == [(2, 8), (8, 2)]  # [train]'s 16 rollouts
+    assert [c.learning_rate for c in cells[:4]] == [3e-2, 0.2, 0.1, 0.1]  # ARM@G, then ARM, then [train]'s
+    assert cells[2].arm.kernel == "power" and cells[0].arm.kernel == "exp"
+
+
+def test_the_make_graph_runs_the_plan_of_recast_study(tmp_path):
+    """One [study] table, one plan: the Make graph solves the W files `recast study` plans, each with its arm's
+    kernel and gains, and trains one run per cell and seed."""
+    import re
+
+    from recast_cli.batched.runner import plan_study
+
+    setting = write_setting(tmp_path, study='arms = ["static", "recast:power", "nosink:exp:estimate"]\ngains = "exact"')
+    plan = plan_study(str(setting), tmp_path / "st")
+    text = ok("study-makefile", "--setting", setting, "--root", "R").stdout
+    solved = re.findall(r"^\$\(R\)/W/(\S+)\.safetensors: \$\(R\)/(\S+) .*\n\t.* --mode (\w+) --kernel (\w+) ", text,
+                        re.MULTILINE)
+    gains = {"exact": "gains/exact.parquet", "estimate": "gains.parquet"}
+    planned = [(c.weights.stem, gains[c.arm.gains], c.arm.mode, c.arm.kernel) for c in plan.cells]
+    # and ReCAST's W from the sampled gains beside each exact one, for the report
+    assert solved == [x for b in ("1-1", "1-2") for x in [(f"{b}-recast-sampled", "gains.parquet", "recast", "power"),
+                                                           *(p for p in planned if p[0].startswith(b + "-"))]]
+    runs = re.findall(r"^\$\(R\)/runs/(\S+)/\.done:", text, re.MULTILINE)
+    assert runs == [f"{c.weights.stem[:3]}/{c.arm.label}-s{s}" for c in plan.cells for s in plan.seeds]
+
+
+@pytest.mark.parametrize("study, message", [
+    ('modes = ["static"]\ngroup_sizes = [2, 4]', "s.toml: [study] group_sizes = [2, 4]: a study's Make graph trains "
+                                                 "at [train] group_size = 4 only"),
+    ('modes = ["static"]\ngroup_sizes = [8]', "group_sizes = [8]"),
+    ('modes = ["static"]\nlearning_rates = {"static" = 0.1}', "learning_rates: a study's Make graph trains every arm"),
+    ('arms = ["recast:exp", "recast:power"]', "two arms of mode recast"),
+    ('modes = ["static"]\neval_n = 16', "eval_n = 16: a study's Make graph evaluates [evaluate] n = 256"),
+])
+def test_what_the_make_graph_cannot_run_is_one_line(tmp_path, study, message):
+    result = cli("study-makefile", "--setting", write_setting(tmp_path, study=study))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_what_the_make_graph_can_run_of_a_plan_is_not_refused(tmp_path):
+    study = 'modes = ["static"]\ngroup_sizes = [4]\neval_n = 256\nlearning_rates = {"static" = 3e-2}'
+    text = ok("study-makefile", "--setting", write_setting(tmp_path, study=study)).stdout
+    assert "--mode static --kernel exp" in text
+
+
 def test_only_the_one_d_world_runs_batched(tmp_path):
     result = cli("study", "pipelines/toy.toml", "--out", tmp_path / "st")
     assert result.exit_code == 2 and "make all SETTING" in result.output

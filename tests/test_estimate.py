@@ -8,7 +8,8 @@ import torch
 
 from recast_cli.estimate.gains import estimate_gains, isotonic_nonincreasing, monotone_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
-from recast_cli.policy.gmm1d import REWARDS, GMM1DPolicy, GMM1DReward, exact_gain_table, sample_positive
+from recast_cli.policy.gmm1d import REWARDS, GMM1DPolicy, GMM1DReward, exact_gain_table
+from recast_cli.policy.world1d import DEFAULT_WORLD
 
 POLICY = GMM1DPolicy(25)
 SCORERS = [GMM1DReward(r) for r in REWARDS]
@@ -19,8 +20,8 @@ def gmm_scores(P: int, N: int, K: int, crn: bool = True, seed: int = 0, sampling
     for p in range(P):
         positives = None
         if sampling == "pplus":
-            positives = [torch.from_numpy(sample_positive(r, N, seed=seed * 7919 + p * 31 + i)).view(-1, 1)
-                         for i, r in enumerate(REWARDS)]
+            positives = [torch.from_numpy(DEFAULT_WORLD.sample_positive(r, N, seed=seed * 7919 + p * 31 + i))
+                         .view(-1, 1) for i, r in enumerate(REWARDS)]
         plan = RolloutPlan(K=K, rollout_noise=1.414, crn=crn, seed=seed, batch_size=1 << 16)
         out.append(prompt_scores(POLICY, "x", p, SCORERS, plan, sampling, positives=positives, N=N))
     return np.stack(out)

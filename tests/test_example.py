@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from recast_cli.artifacts import read_gains
-from recast_cli.policy.gmm1d import exact_discriminability, exact_gain_table
+from recast_cli.policy.gmm1d import exact_gain_table
+from recast_cli.policy.world1d import DEFAULT_WORLD
 
 
 def test_shipped_example_has_the_documented_exact_answers(example_path):
@@ -28,6 +29,6 @@ def test_data_level_divergence_in_closed_form():
     z = 1 + 0.5 * np.expm1(2.0)
     closed = np.log(0.5 * (np.exp(4.0) + 1) / z**2)
     for reward in ("coarse", "mid", "fine"):
-        assert abs(exact_discriminability(reward, 0.0, alpha=2.0) - closed) < 1e-6
+        assert abs(DEFAULT_WORLD.exact_discriminability(reward, 0.0, alpha=2.0) - closed) < 1e-6
     # At pure noise x_1 = ε carries no information about x_0.
-    assert abs(exact_discriminability("coarse", 1.0, alpha=2.0)) < 1e-9
+    assert abs(DEFAULT_WORLD.exact_discriminability("coarse", 1.0, alpha=2.0)) < 1e-9

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 from recast_cli.artifacts import read_weights
 from recast_cli.cli import app
 from recast_cli.policy.flow1d import Flow1DPolicy
-from recast_cli.policy.gmm1d import GMM1DPolicy, old_cdf
+from recast_cli.policy.gmm1d import GMM1DPolicy
 from recast_cli.policy.sde import sde_step
+from recast_cli.policy.world1d import DEFAULT_WORLD
 from recast_cli.rewards import build_scorer
 from recast_cli.train.params import Parameters
 
@@ -43,7 +44,7 @@ def test_at_step_zero_the_policy_is_the_exact_gmm1d_sampler(pair):
         assert torch.equal(flow.velocity(x, s, cond.take(torch.arange(61))), exact.velocity(x, s, None))
     # and the sampler draws π^old up to the T = 25 discretisation (a wrong velocity is far off)
     x0 = flow.sample(flow.encode_prompts(["x"] * 20_000), 0.7, torch.arange(20_000)).states[:, -1, 0].numpy()
-    assert kstest(x0, old_cdf).statistic < 0.03
+    assert kstest(x0, DEFAULT_WORLD.old_cdf).statistic < 0.03
     assert abs(build_scorer("coarse").score(torch.from_numpy(x0), ["x"] * len(x0)).mean() - 0.5) < 0.02
 
 

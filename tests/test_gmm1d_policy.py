@@ -8,8 +8,8 @@ import torch
 from scipy import stats
 
 from recast_cli.errors import BadInput
-from recast_cli.policy.gmm1d import (BETA, MEANS, REWARDS, STD, GMM1DPolicy, exact_discriminability, exact_gain_table,
-                                     old_cdf, posterior_cdf, positive_cdf, reward_value, sample_old, sample_positive)
+from recast_cli.policy.gmm1d import MEANS, REWARDS, STD, GMM1DPolicy, exact_gain_table
+from recast_cli.policy.world1d import BETA, DEFAULT_WORLD
 
 
 @pytest.fixture(scope="module")
@@ -30,44 +30,45 @@ def test_other_orders_kl_and_half_match_the_closed_form_at_the_data_level():
     kl = float(np.sum(prob * ratio * np.log(ratio)))
     half = float(np.log(np.sum(prob * ratio**0.5)) / (0.5 - 1))
     for reward in REWARDS:
-        assert abs(exact_discriminability(reward, 0.0, alpha=1.0) - kl) < 1e-6
-        assert abs(exact_discriminability(reward, 0.0, alpha=0.5) - half) < 1e-6
+        assert abs(DEFAULT_WORLD.exact_discriminability(reward, 0.0, alpha=1.0) - kl) < 1e-6
+        assert abs(DEFAULT_WORLD.exact_discriminability(reward, 0.0, alpha=0.5) - half) < 1e-6
     # α → 1 is the KL, also at a noisy level; order is monotone in α (Rényi).
-    d = [exact_discriminability("mid", 0.3, alpha=a) for a in (0.5, 0.999, 1.0, 1.001, 2.0)]
+    d = [DEFAULT_WORLD.exact_discriminability("mid", 0.3, alpha=a) for a in (0.5, 0.999, 1.0, 1.001, 2.0)]
     assert abs(d[1] - d[2]) < 1e-3 and abs(d[3] - d[2]) < 1e-3
     assert d[0] < d[2] < d[4]
-    curve = [exact_discriminability("coarse", s, alpha=1.0) for s in np.linspace(0, 1, 11)]
+    curve = [DEFAULT_WORLD.exact_discriminability("coarse", s, alpha=1.0) for s in np.linspace(0, 1, 11)]
     assert (np.diff(curve) <= 1e-12).all() and abs(curve[-1]) < 1e-9
 
 
 def test_non_positive_order_or_temperature_is_bad_input():
     with pytest.raises(BadInput, match="alpha > 0"):
-        exact_discriminability("coarse", 0.5, alpha=0.0)
+        DEFAULT_WORLD.exact_discriminability("coarse", 0.5, alpha=0.0)
     with pytest.raises(BadInput, match="beta > 0"):
-        exact_discriminability("coarse", 0.5, alpha=2.0, beta=-1.0)
+        DEFAULT_WORLD.exact_discriminability("coarse", 0.5, alpha=2.0, beta=-1.0)
     with pytest.raises(BadInput, match="no reward"):
-        reward_value("sharp", np.zeros(3))
+        DEFAULT_WORLD.reward_value("sharp", np.zeros(3))
 
 
 def test_rewards_are_the_documented_indicators():
     x = np.array([-2.5, -1.9, -0.1, 0.1, 0.3, 2.1])
-    np.testing.assert_array_equal(reward_value("coarse", x), [0, 0, 0, 1, 1, 1])
-    np.testing.assert_array_equal(reward_value("mid", x), [1, 0, 0, 0, 0, 1])
-    np.testing.assert_array_equal(reward_value("fine", x), [1, 0, 1, 0, 1, 0])  # odd cells of width 0.2
+    np.testing.assert_array_equal(DEFAULT_WORLD.reward_value("coarse", x), [0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(DEFAULT_WORLD.reward_value("mid", x), [1, 0, 0, 0, 0, 1])
+    np.testing.assert_array_equal(DEFAULT_WORLD.reward_value("fine", x), [1, 0, 1, 0, 1, 0])  # odd cells of width 0.2
     for reward in REWARDS:  # each has P(r = 1) = 1/2 under π^old
-        assert abs(reward_value(reward, sample_old(200_000, seed=1)).mean() - 0.5) < 0.005
+        assert abs(DEFAULT_WORLD.reward_value(reward, DEFAULT_WORLD.sample_old(200_000, seed=1)).mean() - 0.5) < 0.005
 
 
 def test_old_and_positive_samples_follow_their_densities():
-    assert stats.kstest(sample_old(4000, seed=2), old_cdf).pvalue > 1e-3
+    assert stats.kstest(DEFAULT_WORLD.sample_old(4000, seed=2), DEFAULT_WORLD.old_cdf).pvalue > 1e-3
     for reward in REWARDS:
-        plus = sample_positive(reward, 4000, seed=3)
+        plus = DEFAULT_WORLD.sample_positive(reward, 4000, seed=3)
         assert len(plus) == 4000
-        assert stats.kstest(plus, lambda v, r=reward: positive_cdf(r, v)).pvalue > 1e-3
+        assert stats.kstest(plus, lambda v, r=reward: DEFAULT_WORLD.positive_cdf(r, v)).pvalue > 1e-3
         # The tilt exp(r/β) with β = 0.5 gives P⁺(r = 1) = e²/(e² + 1).
-        assert abs(reward_value(reward, plus).mean() - np.exp(2) / (np.exp(2) + 1)) < 0.02
+        assert abs(DEFAULT_WORLD.reward_value(reward, plus).mean() - np.exp(2) / (np.exp(2) + 1)) < 0.02
     # The positives are not the old policy: the test above can fail.
-    assert stats.kstest(sample_old(4000, seed=4), lambda v: positive_cdf("coarse", v)).pvalue < 1e-6
+    old = DEFAULT_WORLD.sample_old(4000, seed=4)
+    assert stats.kstest(old, lambda v: DEFAULT_WORLD.positive_cdf("coarse", v)).pvalue < 1e-6
 
 
 @pytest.mark.parametrize("x_t, t", [(0.3, 20), (-1.2, 10), (1.9, 5), (2.0, 1)])
@@ -77,20 +78,20 @@ def test_rollouts_draw_the_exact_posterior(x_t, t):
     x0 = policy.rollout(torch.full((n, 1), x_t, dtype=torch.float64), torch.full((n,), t),
                         policy.encode_prompts([""] * n), noise_level=1.0, seeds=torch.arange(n)).numpy()[:, 0]
     sigma = float(policy.sigmas[t])
-    assert stats.kstest(x0, lambda v: posterior_cdf(v, x_t, sigma)).pvalue > 1e-3
+    assert stats.kstest(x0, lambda v: DEFAULT_WORLD.posterior_cdf(v, x_t, sigma)).pvalue > 1e-3
     if t >= 5:  # a neighbouring level's posterior is a different law: the test has power
         other = float(policy.sigmas[t - 4])
-        assert stats.kstest(x0, lambda v: posterior_cdf(v, x_t, other)).pvalue < 1e-3
+        assert stats.kstest(x0, lambda v: DEFAULT_WORLD.posterior_cdf(v, x_t, other)).pvalue < 1e-3
 
 
 def test_posterior_matches_a_monte_carlo_bayes_update():
     # Independent of the closed form: weight prior draws by the noising likelihood N(x; (1−σ)x0, σ²).
-    prior = sample_old(400_000, seed=5)
+    prior = DEFAULT_WORLD.sample_old(400_000, seed=5)
     x_t, sigma = 0.8, 0.6
     w = stats.norm.pdf(x_t, (1 - sigma) * prior, sigma)
     grid = np.linspace(-3, 3, 13)
     mc = np.array([(w * (prior <= g)).sum() / w.sum() for g in grid])
-    np.testing.assert_allclose(posterior_cdf(grid, x_t, sigma), mc, atol=0.01)
+    np.testing.assert_allclose(DEFAULT_WORLD.posterior_cdf(grid, x_t, sigma), mc, atol=0.01)
 
 
 def test_rollouts_are_deterministic_in_seed_mixed_t_and_validated():
@@ -115,7 +116,7 @@ def test_rollouts_are_deterministic_in_seed_mixed_t_and_validated():
 def test_one_seed_gives_coupled_draws_at_neighbouring_steps():
     policy = GMM1DPolicy(steps=25)
     n = 2000
-    x0 = torch.from_numpy(sample_old(n, seed=9)).view(-1, 1)
+    x0 = torch.from_numpy(DEFAULT_WORLD.sample_old(n, seed=9)).view(-1, 1)
     eps = torch.from_numpy(np.random.default_rng(10).standard_normal((n, 1)))
     cond = policy.encode_prompts([""] * n)
 
@@ -130,7 +131,7 @@ def test_one_seed_gives_coupled_draws_at_neighbouring_steps():
 
 def test_velocity_is_the_conditional_mean_of_eps_minus_x0():
     policy = GMM1DPolicy(steps=25)
-    prior = sample_old(400_000, seed=11)
+    prior = DEFAULT_WORLD.sample_old(400_000, seed=11)
     cond = policy.encode_prompts([""] * 4)
     for sigma in (0.2, 0.5, 0.9):
         # Typical points of π^old_σ (x_0 near a mode, moderate ε): the Monte-Carlo weights are not degenerate there.
@@ -153,7 +154,7 @@ def test_ode_with_the_exact_velocity_transports_noise_to_the_old_policy():
     traj = policy.sample(policy.encode_prompts([""] * n), noise_level=0.0, seeds=torch.arange(n))
     assert traj.states.shape == (n, 201, 1) and traj.log_probs is None
     end = traj.states[:, -1, 0].numpy()
-    assert stats.kstest(end, old_cdf).pvalue > 1e-3
+    assert stats.kstest(end, DEFAULT_WORLD.old_cdf).pvalue > 1e-3
     # Samples land on the modes: a quarter near each mean.
     nearest = np.abs(end[:, None] - MEANS[None, :]).argmin(1)
     assert np.abs(np.bincount(nearest, minlength=4) / n - 0.25).max() < 0.05
@@ -169,7 +170,7 @@ def test_shared_sde_rollouts_on_the_exact_velocity_sample_the_posterior_only_at_
     def ks(a: float) -> float:
         start = torch.full((n, 1), x_t, dtype=torch.float64)
         x0 = policy.rollout(start, torch.full((n,), t), cond, a, torch.arange(n)).numpy()[:, 0]
-        return stats.kstest(x0, lambda v: posterior_cdf(v, x_t, float(policy.sigmas[t]))).pvalue
+        return stats.kstest(x0, lambda v: DEFAULT_WORLD.posterior_cdf(v, x_t, float(policy.sigmas[t]))).pvalue
 
     assert ks(2**0.5) > 1e-3
     assert ks(0.7) < 1e-6
@@ -192,14 +193,14 @@ def test_pplus_estimate_from_rollouts_recovers_the_exact_curve(table):
     # E6 in miniature: noise π⁺ positives to x_t, roll out K = 1 exact posterior draws, D̂ = log mean ĥ − (same at T).
     policy = GMM1DPolicy(steps=25)
     n = 6000
-    plus = torch.from_numpy(sample_positive("coarse", n, seed=12)).view(-1, 1)
+    plus = torch.from_numpy(DEFAULT_WORLD.sample_positive("coarse", n, seed=12)).view(-1, 1)
     eps = torch.from_numpy(np.random.default_rng(13).standard_normal((n, 1)))
     cond = policy.encode_prompts([""] * n)
 
     def d_prime(t: int) -> float:
         x_t = policy.forward_noise(plus, policy.sigmas[torch.full((n,), t)], eps)
         x0 = policy.rollout(x_t, torch.full((n,), t), cond, 1.414, torch.arange(n)).numpy()[:, 0]
-        return float(np.log(np.mean(np.exp(reward_value("coarse", x0) / BETA))))
+        return float(np.log(np.mean(np.exp(DEFAULT_WORLD.reward_value("coarse", x0) / BETA))))
 
     shift = d_prime(25)
     for t in (12, 18, 24):

@@ -7,12 +7,12 @@ import pytest
 from typer.testing import CliRunner
 
 from recast_cli.artifacts import read_weights, write_gains
+from recast_cli.artifacts.weights import KERNELS
 from recast_cli.cli import app
 from recast_cli.solve.sinkhorn import POWER_FLOOR, lambda_hat, log_affinity, sinkhorn_log, solve_weights
 from tests.conftest import bump_gains, make_table
 
 runner = CliRunner()
-KERNELS = ("exp", "power")
 
 
 def test_power_kernel_is_the_log_of_the_normalised_gain_over_tau():
@@ -69,12 +69,12 @@ def test_solve_w_kernel_power_writes_a_balanced_w_and_records_the_kernel(gains_f
     assert result.exit_code == 0, result.stderr
     assert "power kernel" in result.stdout
     w = read_weights(tmp_path / "Wp.safetensors")
-    assert w.info["kernel"] == "power" and w.provenance.config["kernel"] == "power"
+    assert w.kernel == w.info["kernel"] == w.provenance.config["kernel"] == "power"
     np.testing.assert_allclose(w.W.sum(axis=1), [0.25, 0.5, 0.25], atol=1e-10)
     np.testing.assert_allclose(w.W.sum(axis=0), 1 / 25, atol=1e-10)
     assert solve(gains_file, tmp_path / "We.safetensors").exit_code == 0
     default = read_weights(tmp_path / "We.safetensors")
-    assert default.info["kernel"] == "exp"
+    assert default.kernel == default.info["kernel"] == "exp"
     assert np.abs(default.W - w.W).max() > 1e-4  # the two kernels do give different W here
 
 
@@ -82,7 +82,7 @@ def test_solve_w_kernel_power_writes_a_balanced_w_and_records_the_kernel(gains_f
 def test_every_kernel_mode_takes_the_power_kernel(gains_file, tmp_path, mode):
     out = tmp_path / f"{mode}.safetensors"
     assert solve(gains_file, out, "--kernel", "power", "--mode", mode).exit_code == 0
-    assert read_weights(out).info["kernel"] == "power"
+    assert read_weights(out).kernel == read_weights(out).info["kernel"] == "power"
 
 
 def test_an_unknown_kernel_is_one_line_and_exit_2(gains_file, tmp_path):

@@ -49,6 +49,9 @@ def test_study_runs_end_to_end_and_resumes(tmp_path):
     root = tmp_path / "study"
     text = subprocess.run([str(BIN / "recast"), "study-makefile", "--setting", str(setting), "--root", str(root),
                            "--recast", str(BIN / "recast")], capture_output=True, text=True, check=True).stdout
+    solves = [line for line in text.splitlines() if "solve-w" in line]
+    kinds = [line.split(" --mode ")[1].split(" --tau")[0] for line in solves]
+    assert kinds == ["static --kernel exp", "recast --kernel exp"]
     mk = tmp_path / "study.mk"
     mk.write_text(text)
     first = _make(mk, tmp_path)

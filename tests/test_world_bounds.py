@@ -21,9 +21,10 @@ from recast_cli.errors import BadInput
 from recast_cli.estimate.config import MAX_ALPHA, EstimateConfig, GainOptions
 from recast_cli.estimate.gains import estimate_gains
 from recast_cli.estimate.stage import exact_table
-from recast_cli.policy import world1d
-from recast_cli.policy.world1d import (BETA, DEFAULT_WORLD, MAX_LEVEL_WORK, MIN_ACCEPTANCE, StepReward,
-                                       World1D)
+from recast_cli.policy import step_reward, world1d, world_limits
+from recast_cli.policy.step_reward import StepReward
+from recast_cli.policy.world1d import BETA, DEFAULT_WORLD, MIN_ACCEPTANCE, World1D
+from recast_cli.policy.world_limits import MAX_LEVEL_WORK
 from recast_cli.setting.load import load_setting
 from recast_cli.setting.check import check_setting
 from tests.test_world_setting import invoke, setting
@@ -143,7 +144,7 @@ def test_the_predicted_work_is_what_the_quadrature_does():
         for sigma in (0.04, 0.5, 1.0):
             points, cells, _ = DEFAULT_WORLD.exact_work(name, np.array([sigma]))
             lo, hi = (float(end[0]) for end in DEFAULT_WORLD.quadrature_span(np.array([sigma])))
-            x = np.arange(lo, hi + world1d.QUAD_STEP, world1d.QUAD_STEP)
+            x = np.arange(lo, hi + world_limits.QUAD_STEP, world_limits.QUAD_STEP)
             assert len(x) <= points[0] <= len(x) + 1
             _, _, post_mean, post_std = DEFAULT_WORLD.posterior(x, sigma)
             reward = DEFAULT_WORLD.reward(name)
@@ -164,7 +165,7 @@ def test_the_quadrature_in_chunks_is_the_quadrature_whole(monkeypatch):
 #: its cells are few (about 16 per noise level) while its levels are many.
 MANY_VALUES = World1D(DEFAULT_WORLD.weights, DEFAULT_WORLD.means, DEFAULT_WORLD.stds,
                       (("many", StepReward(cell=1.0, values=tuple(i / 10000 for i in range(10000)))),))
-#: A coarser quadrature step for the tests below (exact_work reads the module's, the quadrature is given it).
+#: A coarser quadrature step for the tests below (exact_work reads world1d's QUAD_STEP, the quadrature is given it).
 TEST_STEP = 5e-3
 #: The default rewards: one level above the lowest, on 2 to 60 cells.
 DEFAULT_CASES = [(DEFAULT_WORLD, name) for name in DEFAULT_WORLD.reward_names]
@@ -183,7 +184,7 @@ def test_the_predicted_work_counts_what_the_quadrature_computes(monkeypatch):
     predicted as 8.5e6). The estimate counts every cell enumerated, the quadrature only those of the
     levels above the lowest (half of ``fine``'s), hence the factor."""
     counted = [0]
-    mass, held = world1d._mass, StepReward.held_probabilities
+    mass, held = step_reward._mass, StepReward.held_probabilities
 
     def counting_mass(lo, hi, mean, std, safe):
         counted[0] += mean.size
@@ -194,7 +195,7 @@ def test_the_predicted_work_counts_what_the_quadrature_computes(monkeypatch):
             counted[0] += p.size
             yield i, p
 
-    monkeypatch.setattr(world1d, "_mass", counting_mass)
+    monkeypatch.setattr(step_reward, "_mass", counting_mass)
     monkeypatch.setattr(StepReward, "held_probabilities", counting_held)
     monkeypatch.setattr(world1d, "QUAD_STEP", TEST_STEP)
     for world, name in [(MANY_VALUES, "many"), *DEFAULT_CASES]:
@@ -202,7 +203,7 @@ def test_the_predicted_work_counts_what_the_quadrature_computes(monkeypatch):
             points, _, work = world.exact_work(name, np.array([sigma]))
             counted[0] = 0
             world.exact_discriminability(name, sigma, 2.0, BETA, quad_step=TEST_STEP)
-            predicted = work[0] - points[0] * len(world.means) * world1d.POSTERIOR_COST
+            predicted = work[0] - points[0] * len(world.means) * world_limits.POSTERIOR_COST
             assert counted[0] <= predicted <= 2.5 * counted[0], (name, sigma, counted[0], predicted)
 
 
@@ -213,7 +214,7 @@ def level_probability(reward: StepReward, mean: np.ndarray, std: np.ndarray, lev
     total = np.zeros(mean.shape)
     for lo, hi, value in reward.cells(*reach):
         if value == level:
-            total = total + world1d._mass(lo, hi, mean, std, std)
+            total = total + step_reward._mass(lo, hi, mean, std, std)
     return total
 
 

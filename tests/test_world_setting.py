@@ -21,7 +21,8 @@ from recast_cli.artifacts import read_gains
 from recast_cli.cli import app
 from recast_cli.errors import BadInput
 from recast_cli.policy.gmm1d import GMM1DPolicy, GMM1DReward, exact_gain_table
-from recast_cli.policy.world1d import DEFAULT_WORLD, StepReward, World1D
+from recast_cli.policy.step_reward import StepReward
+from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.policy.world_table import world_from_table
 from recast_cli.setting.load import load_setting
 

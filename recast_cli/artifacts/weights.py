@@ -23,11 +23,18 @@ from safetensors.numpy import save as st_save
 from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes
 from recast_cli.artifacts.jsonio import json_dumps, json_loads
 from recast_cli.artifacts.tables import check_finite, require_keys, require_schema
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 
 WEIGHTS_SCHEMA = "recast.weights/1"
 
+#: How W is made from the gains (E12): ``recast`` (Sinkhorn), the closed-form baselines ``nosink`` and
+#: ``static``, and ``reversed`` (ReCAST's W with its columns in reverse step order).
 MODES = ("recast", "nosink", "static", "reversed")
+#: The affinity kernels W is solved with: ``exp`` (E11, the paper's, the default) and ``power`` (E11p, ours).
+KERNELS = ("exp", "power")
+DEFAULT_KERNEL = "exp"
+#: The temperature τ of the affinity kernel (E11, E11p) by default.
+DEFAULT_TAU = 1.0
 
 # --------------------------------------------------------------------------- weight matrix
 
@@ -40,8 +47,9 @@ class WeightMatrix:
     trainer trains (t ascending; None: all T): every other column is zero, rows sum to λ̂_i,
     and in modes ``recast`` and ``static`` every trained column sums to 1/T' (T' trained
     steps). ``sigmas`` runs σ_T … σ_0 (scheduler order). ``gain`` holds ΔD_{i,t} on this grid
-    (after E9 resampling, before E10). ``info`` holds solver facts (iterations, marginal
-    error, floor, indiscriminable rewards, spill shares).
+    (after E9 resampling, before E10). ``kernel`` (one of :data:`KERNELS`) and ``tau`` are the
+    affinity kernel's; a file written before W recorded its kernel reads as ``exp``. ``info``
+    holds solver facts (iterations, marginal error, floor, indiscriminable rewards, spill shares).
     """
 
     W: np.ndarray
@@ -54,6 +62,7 @@ class WeightMatrix:
     info: dict[str, Any] = field(default_factory=dict)
     provenance: Provenance | None = None
     trained_steps: tuple[int, ...] | None = None
+    kernel: str = DEFAULT_KERNEL
 
     @property
     def T(self) -> int:
@@ -101,6 +110,8 @@ def validate_weights(w: WeightMatrix, where: str = "weight matrix") -> None:
         raise BadInput(f"{where}: 'mode' must be one of {MODES}, got {w.mode!r}")
     if not (math.isfinite(w.tau) and w.tau > 0):
         raise BadInput(f"{where}: 'tau' must be a positive number, got {w.tau!r}")
+    if w.kernel not in KERNELS:
+        raise BadInput(f"{where}: 'kernel' must be one of {', '.join(KERNELS)}, got {shown(w.kernel)}")
     sig = np.asarray(w.sigmas, dtype=np.float64)
     if sig.shape != (w.T + 1,):
         raise BadInput(f"{where}: 'sigmas' must hold T + 1 = {w.T + 1} values, got {sig.size}")
@@ -158,6 +169,7 @@ def write_weights(path: str | os.PathLike[str], w: WeightMatrix, *, config: Mapp
         "lambda": json_dumps([float(x) for x in w.lam]),
         "mode": w.mode,
         "tau": json_dumps(float(w.tau)),
+        "kernel": json_dumps(w.kernel),  # JSON like tau, so an older recast reads the file
         "T": json_dumps(w.T),
         "sigmas": json_dumps([float(s) for s in w.sigmas]),
         "info": json_dumps(w.info),
@@ -224,6 +236,7 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
         info=meta.get("info", {}),
         provenance=Provenance.from_metadata(meta, where),
         trained_steps=trained_steps,
+        kernel=meta.get("kernel", DEFAULT_KERNEL),
     )
     validate_weights(w, where)
     return w

@@ -11,8 +11,9 @@ batched computation over all of them:
 * **advantages**: per-reward group statistics within each seed's own groups, then E13 with the
   cell's W (``train.objective``);
 * **update**: each seed's (image, trained step) pairs in its own order (``seeds.update_rng``),
-  the PPO-clipped loss and the KL term per seed, the global-norm gradient clip per seed, one
-  AdamW step over the stacked parameters (AdamW is elementwise, so this is S AdamW steps);
+  the single run's loss (``train.objective.pair_loss``: the PPO-clipped term and the KL) per seed,
+  the global-norm gradient clip per seed, one AdamW step over the stacked parameters (AdamW is
+  elementwise, so this is S AdamW steps) at the single run's learning rate (``learning_rate_at``);
 * **evaluation**: at every checkpoint each seed's policy draws the same n trajectories (seeds
   ``eval_seed + k``: common random numbers across seeds, arms and checkpoints).
 
@@ -32,13 +33,12 @@ import numpy as np
 import torch
 
 from recast_cli.errors import BadInput
-from recast_cli.grid import GridSpec
 from recast_cli.policy.flow1d import DTYPE, X_SCALE, ResidualMLP
 from recast_cli.policy.sde import sde_step
 from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.seeds import hashed_normal, train_seeds, update_rng
 from recast_cli.train.config import TrainConfig
-from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
+from recast_cli.train.objective import PairLoss, group_advantages, pair_loss, step_advantages
 
 #: (seed, pair) elements per forward/backward of the update: bounds the activations' memory
 #: (about 1 KiB each) whatever S and the pairs per step; the sum over micro-batches is the same loss.
@@ -174,7 +174,7 @@ class BatchedTrainer:
         self.cfg = cfg
         self.S = len(cell.seeds)
         self.T = cell.T
-        self.sigmas = torch.from_numpy(GridSpec("linear").sigmas(cell.T))
+        self.sigmas = torch.from_numpy(cell.world.grid.sigmas(cell.T))
         self.W = torch.as_tensor(np.asarray(cell.W, dtype=np.float64))
         self.lam = np.asarray(cfg.lam, dtype=np.float64)
         self.net = StackedMLP(ResidualMLP(cell.features, cell.hidden, cell.policy_seed), self.S)
@@ -253,7 +253,7 @@ class BatchedTrainer:
                    "old": log_probs[:, :, j], "A": adv_t[:, :, steps - 1],
                    "sigma": self.sigmas[steps].expand(S, B, -1), "sigma_next": self.sigmas[steps - 1].expand(S, B, -1)}
         by_pair = {k: v.reshape(S, P) for k, v in by_pair.items()}  # [S, P] each, in pair order
-        totals = {k: torch.zeros(S, dtype=torch.float64) for k in ("policy_loss", "kl", "clipped", "loss")}
+        totals = {k: torch.zeros(S, dtype=torch.float64) for k in PairLoss._fields}
         grad_norm = torch.zeros(S, dtype=torch.float64)
         first_grads = None
         for chunk in np.array_split(np.arange(P), cfg.updates_per_step):
@@ -266,20 +266,18 @@ class BatchedTrainer:
                 _, mean, std, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma.reshape(-1),
                                             sigma_next.reshape(-1), self.cell.noise_level,
                                             prev_sample=prev.reshape(-1, 1))
-                lp = lp.view(x.shape)
-                pg, clipped = ppo_terms(lp, old, A, cfg.clip_range)
-                loss, kl = pg, torch.zeros_like(pg)
-                if cfg.beta_kl > 0:
+                ref_mean = dt = None
+                if cfg.beta_kl > 0:  # the reference policy's transition, for the KL term
                     with torch.no_grad():
                         ref = self.velocity(x, sigma, exact=v_star, params=self.reference)
                         _, ref_mean, _, _ = sde_step(x.reshape(-1, 1), ref.reshape(-1, 1), sigma.reshape(-1),
                                                      sigma_next.reshape(-1), self.cell.noise_level,
                                                      prev_sample=prev.reshape(-1, 1))
                     dt = (sigma_next - sigma).reshape(-1)
-                    kl = gaussian_kl(mean, ref_mean, std, dt, cfg.kl_form).view(x.shape)
-                    loss = pg + cfg.beta_kl * kl
-                (loss.sum(dim=1) / len(chunk)).sum().backward()
-                for key, value in (("policy_loss", pg), ("kl", kl), ("clipped", clipped.float()), ("loss", loss)):
+                terms = pair_loss(lp.view(x.shape), old, A, clip_range=cfg.clip_range, beta_kl=cfg.beta_kl,
+                                  mean=mean, ref_mean=ref_mean, std=std, dt=dt, kl_form=cfg.kl_form)
+                (terms.loss.sum(dim=1) / len(chunk)).sum().backward()
+                for key, value in terms._asdict().items():
                     totals[key] += value.detach().to(torch.float64).sum(dim=1)
             if iteration == 0 and first_grads is None:
                 first_grads = torch.cat([p.grad.detach().reshape(S, -1) for p in self.net.params], dim=1)
@@ -314,16 +312,10 @@ class BatchedTrainer:
             raise BadInput(f"training stopped at step {iteration + 1}: {what} became non-finite for seed(s) "
                            f"{', '.join(map(str, seeds[:8]))}{' …' if len(seeds) > 8 else ''}; lower learning_rate")
 
-    def learning_rate(self, iteration: int) -> float:
-        cfg = self.cfg
-        if cfg.lr_schedule == "warmup" and cfg.warmup_steps > 0:
-            return cfg.learning_rate * min(1.0, (iteration + 1) / cfg.warmup_steps)
-        return cfg.learning_rate
-
     def train_step(self) -> dict[str, np.ndarray]:
         """One iteration of every seed: sample, score, E13, update; per-seed stats."""
         iteration = self.iteration
-        lr = self.learning_rate(iteration)
+        lr = self.cfg.learning_rate_at(iteration)  # the schedule of a single run
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         states, log_probs, exact = self.sample(iteration)

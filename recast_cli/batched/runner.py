@@ -34,6 +34,7 @@ from recast_cli.artifacts.io import atomic_write_bytes
 from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.outputs import refuse_foreign_file
 from recast_cli.errors import BadInput
+from recast_cli.policy.world1d import World1D
 from recast_cli.setting.load import Setting, digest, file_digest, load_setting, policy_inputs, world_of
 from recast_cli.study.spec import ESTIMATE_KEYS, EXACT_KEYS, ArmSpec, StudySpec, load_study
 from recast_cli.train.config import TrainConfig, config_from_setting, skip_clean_of, trained_steps
@@ -80,33 +81,16 @@ def plan_study(setting_name: str, out: Path, seeds: tuple[int, ...] | None = Non
     study = load_study(setting)
     base = apply_overrides(config_from_setting(setting), overrides or [], {})
     check_config(base)
-    rollouts = base.group_size * base.prompts_per_step
-    sizes = study.group_sizes or (base.group_size,)
-    for g in sizes:
-        if rollouts % g:
-            raise BadInput(f"{setting.file.name}: [study] group_sizes: G = {g} does not divide the "
-                           f"{rollouts} rollouts per step ([train] group_size × prompts_per_step)")
-    arms = study.arm_specs()
-    rates = dict(study.learning_rates)
-    unknown = sorted(set(rates) - {a.label for a in arms} - {f"{a.label}@{g}" for a in arms for g in sizes})
-    if unknown:
-        raise BadInput(f"{setting.file.name}: [study] learning_rates names no arm: {', '.join(unknown)} "
-                       f"(arms: {', '.join(a.label for a in arms)})")
+    planned = study.cells(base, setting.file.name)  # the study's one plan (the Make graph runs the same)
     evaluation, _ = eval_config(setting)
     out = Path(out)
-    cells = []
-    for budget in study.budgets:
-        label = study.label(budget)
-        for arm in arms:
-            for g in sizes:
-                rate = rates.get(f"{arm.label}@{g}", rates.get(arm.label, base.learning_rate))
-                name = f"{label}-{arm.label}-g{g}"
-                cells.append(CellPlan(name, out / "cells" / f"{name}.parquet", arm, budget, g,
-                                      out / "W" / f"{label}-{arm.label}.safetensors",
-                                      replace(base, lam=budget, learning_rate=rate, group_size=g,
-                                              prompts_per_step=rollouts // g)))
-    return StudyPlan(setting, study, out, tuple(cells), tuple(seeds or study.seeds),
-                     study.eval_n or evaluation.n, evaluation.seed)
+    cells = tuple(CellPlan(c.name, out / "cells" / f"{c.name}.parquet", c.arm, c.budget, c.group_size,
+                           out / "W" / f"{c.weights_name}.safetensors",
+                           replace(base, lam=c.budget, learning_rate=c.learning_rate, group_size=c.group_size,
+                                   prompts_per_step=c.prompts_per_step))
+                  for c in planned)
+    return StudyPlan(setting, study, out, cells, tuple(seeds or study.seeds), study.eval_n or evaluation.n,
+                     evaluation.seed)
 
 
 def cell_footprint(plan: StudyPlan) -> tuple[dict[str, int], int]:
@@ -173,10 +157,9 @@ def prepare_weights(plan: StudyPlan, quiet: bool = False, force: bool = False) -
         lam = ",".join(f"{x:g}" for x in cell.budget)
         if cell.arm.mode == "static":
             from recast_cli.artifacts import write_weights
-            from recast_cli.grid import GridSpec
             from recast_cli.solve.stage import static_matrix
 
-            w = static_matrix(study.rewards, cell.budget, GridSpec("linear").sigmas(T)[::-1].copy(), skip,
+            w = static_matrix(study.rewards, cell.budget, World1D.grid.sigmas(T)[::-1].copy(), skip,
                               info={"built_by": "recast study"})
             write_weights(cell.weights, w, config={"command": "recast study", "mode": "static"},
                           sources=[setting.file])
@@ -308,9 +291,7 @@ def run_cell(plan: StudyPlan, cell: CellPlan, progress=None) -> CellTable:
     from recast_cli.train.plan import check_weights, run_noise_level
 
     setting, T = plan.setting, plan.setting.policy.steps
-    from recast_cli.grid import GridSpec
-
-    sigmas_desc = GridSpec("linear").sigmas(T)[::-1].copy()
+    sigmas_desc = World1D.grid.sigmas(T)[::-1].copy()
     steps = trained_steps(T, cell.cfg.train_fraction)
     w = read_weights(cell.weights)
     check_weights(w, cell.cfg, sigmas_desc, None, str(cell.weights), steps)

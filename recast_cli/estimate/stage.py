@@ -43,8 +43,8 @@ from recast_cli.artifacts.parts import MARKER_NAME
 from recast_cli.errors import BadInput
 from recast_cli.estimate.gains import estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
-from recast_cli.grid import GridSpec
-from recast_cli.policy.world1d import BETA, check_exact_work, check_tilt
+from recast_cli.policy.world1d import World1D
+from recast_cli.policy.world_limits import check_exact_work, check_tilt
 from recast_cli.estimate.config import (EstimateConfig, GainOptions, check_bootstrap_cells, check_config,
                                         check_gain_options, check_score_cells, parse_shard)
 from recast_cli.estimate.worlds import World, build_world, exact_world
@@ -164,7 +164,7 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
             "sigmas": sigmas, "sampling": cfg.sampling, "crn": cfg.crn, "rollout_noise": cfg.rollout_noise,
             "guidance_scale": world.policy_info.get("guidance_scale"), "policy": world.policy_info,
             "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
-            "grid": _grid_of(world), "gmm1d": world.is_analytic,
+            "grid": world.policy.grid_spec.to_json(), "gmm1d": world.is_analytic,  # the policy's own σ grid
         }
         table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in wanted),
                            prompts=tuple(world.prompts[j] for j in wanted),
@@ -236,17 +236,11 @@ def _read_part(path: Path, shape: tuple[int, ...]) -> np.ndarray:
     return scores
 
 
-def _grid_of(world: World) -> dict:
-    if world.is_analytic:
-        return GridSpec("linear").to_json()
-    return world.policy.grid_spec.to_json()  # the image family's own grid (flowmatch, or dynamic with its μ)
-
-
 def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path], source: Path) -> list[GainTable]:
     """Step 3: one gain table per α from a scores table (no rollouts)."""
     meta = table.meta
     gmm1d = bool(meta.get("gmm1d"))
-    beta = opts.beta if opts.beta is not None else (BETA if gmm1d else 1.0)
+    beta = opts.beta if opts.beta is not None else (World1D.beta if gmm1d else 1.0)
     standardise = opts.standardise if opts.standardise is not None else not gmm1d
     if table.scores.shape[0] == 0:
         raise BadInput(f"{source}: the scores table holds no prompt")
@@ -318,7 +312,7 @@ def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainT
 
     Before any output is claimed or any quadrature runs: the gain options (``recast study`` calls this
     directly), every reward's spread against β (exp((r − r_min)/β) must not overflow) and the whole
-    table's work (``world1d.check_exact_work``: rewards × noise levels × α, each level's quadrature grid ×
+    table's work (``world_limits.check_exact_work``: rewards × noise levels × α, each level's quadrature grid ×
     cells)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -327,12 +321,12 @@ def exact_table(cfg: EstimateConfig, opts: GainOptions, out: Path) -> list[GainT
 
     check_gain_options(opts)
     world, where, sources = exact_world(cfg.policy)
-    beta = opts.beta if opts.beta is not None else BETA
+    beta = opts.beta if opts.beta is not None else world.beta
     for reward in cfg.rewards:
         world.check_reward(reward)
         check_tilt(f"reward {reward!r} of {world.label}:", world.reward(reward), beta,
                    "scale the reward down or raise --beta")
-    check_exact_work(world, cfg.rewards, GridSpec("linear").sigmas(cfg.steps), len(opts.alphas))
+    check_exact_work(world, cfg.rewards, world.grid.sigmas(cfg.steps), len(opts.alphas))
     paths = output_paths(out, opts.alphas)
     for path in paths:
         claim_output(path, GAINS_SCHEMA)

@@ -86,7 +86,7 @@ def render_gains(summary: dict[str, Any], facts: Table) -> Table | None:
 def render_weights(summary: dict[str, Any], facts: Table) -> Table | None:
     """A weight matrix: the solve, the trained steps, the marginals, and W per reward."""
     solver = summary["solver"]
-    facts.add_row("mode", f"{summary['mode']}, τ = {summary['tau']:g}")
+    facts.add_row("mode", f"{summary['mode']}, {summary['kernel']} kernel, τ = {summary['tau']:g}")
     if solver:
         facts.add_row("solver", f"{solver.get('iterations', 0)} iterations, "
                                 f"max marginal error {solver.get('marginal_error', float('nan')):.2e}")

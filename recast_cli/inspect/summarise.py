@@ -331,6 +331,7 @@ def summarise_weights(w: WeightMatrix) -> dict[str, Any]:
         "kind": "weights",
         "mode": w.mode,
         "tau": w.tau,
+        "kernel": w.kernel,
         "T": w.T,
         "trained_steps": list(w.steps),
         "trained_steps_recorded": w.trained_steps is not None,

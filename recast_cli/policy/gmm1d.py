@@ -11,10 +11,11 @@ rectified-flow velocity and its rollouts draw the exact posterior x_0 | x_t, so 
 (E2: by rejection, or by the tilted cells' inverse CDF where rejection accepts too few draws) and the
 three rewards as functions of x_0 complete the world.
 
-The world itself — mixture and rewards — is data: :mod:`recast_cli.policy.world1d`'s
-:class:`~recast_cli.policy.world1d.World1D`. The functions here are those of its
-``DEFAULT_WORLD`` (the world above); :class:`GMM1DPolicy`, :class:`GMM1DReward` and
-:func:`exact_gain_table` take any world, e.g. a setting's ``[world]`` table (docs/settings.md).
+The world itself — mixture, rewards, grid and β — is data: :mod:`recast_cli.policy.world1d`'s
+:class:`~recast_cli.policy.world1d.World1D`, whose methods compute its exact answers (π^old and π⁺
+samples and CDFs, the posterior, D_α); ``DEFAULT_WORLD`` is the world above. :class:`GMM1DPolicy`,
+:class:`GMM1DReward` and :func:`exact_gain_table` take any world, e.g. a setting's ``[world]`` table
+(docs/settings.md).
 
 Run ``python -m recast_cli.policy.gmm1d OUT.parquet`` to write the exact ``recast.gains/1``
 table (coarse, mid, fine; α = 2; T = 25) shipped as the example in ``pipelines/examples/``.
@@ -34,70 +35,12 @@ from recast_cli.artifacts import GainTable, write_gains
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.base import FlowPolicy, step_noise
-from recast_cli.policy.world1d import BETA, DEFAULT_WORLD, QUAD_STEP, World1D
+from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.rewards.base import Scorer
 
 MEANS = np.array(DEFAULT_WORLD.means)
 STD = 0.25
 REWARDS = ("coarse", "mid", "fine")
-#: Every reward of the world: the three of METHOD.md §4 and ``fine_wide`` (odd 0.3-cells), a
-#: second clean-end reward whose exact gain peaks at the same step as ``fine``'s (t = 2 of 25)
-#: with a wider window: the control pair of the two-timescale study (pipelines/twoscale-control.toml).
-ALL_REWARDS = DEFAULT_WORLD.reward_names
-
-# The functions below are the default world's (:data:`~recast_cli.policy.world1d.DEFAULT_WORLD`);
-# a setting's ``[world]`` has the same methods on its own :class:`~recast_cli.policy.world1d.World1D`.
-
-
-def reward_probability(reward: str, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """P(r = 1) under N(mean, std²), elementwise; std = 0 gives the reward at ``mean``."""
-    return DEFAULT_WORLD.reward_probability(reward, mean, std)
-
-
-def check_reward(reward: str) -> str:
-    return DEFAULT_WORLD.check_reward(reward)
-
-
-def reward_value(reward: str, x0: np.ndarray) -> np.ndarray:
-    """The binary reward r(x_0) ∈ {0, 1} (METHOD.md §4): coarse 1{x ≥ 0}, mid 1{|x| > 2} (and 1 at x = 2), fine odd
-    0.2-cells (a point on a cell edge belongs to the cell on its right)."""
-    return DEFAULT_WORLD.reward_value(reward, x0)
-
-
-def posterior(x: np.ndarray, sigma: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The closed-form posterior x_0 | x_σ = x of the default world (:meth:`World1D.posterior`)."""
-    return DEFAULT_WORLD.posterior(x, sigma)
-
-
-def posterior_cdf(x0: np.ndarray, x: float, sigma: float) -> np.ndarray:
-    """P(x_0 ≤ x0 | x_σ = x): the closed-form posterior CDF (for tests against samples)."""
-    return DEFAULT_WORLD.posterior_cdf(x0, x, sigma)
-
-
-def old_cdf(x0: np.ndarray) -> np.ndarray:
-    """CDF of π^old = ¼ Σ_j N(μ_j, s²)."""
-    return DEFAULT_WORLD.old_cdf(x0)
-
-
-def positive_cdf(reward: str, x0: np.ndarray, beta: float = BETA) -> np.ndarray:
-    """CDF of π⁺ ∝ π^old·exp(r/β) (E2) by quadrature on a fine grid (the tilt is piecewise constant)."""
-    return DEFAULT_WORLD.positive_cdf(reward, x0, beta)
-
-
-def sample_old(n: int, seed: int) -> np.ndarray:
-    """n exact samples of π^old (float64), deterministic from ``seed``."""
-    return DEFAULT_WORLD.sample_old(n, seed)
-
-
-def sample_positive(reward: str, n: int, seed: int, beta: float = BETA) -> np.ndarray:
-    """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2) of the default world (:meth:`World1D.sample_positive`)."""
-    return DEFAULT_WORLD.sample_positive(reward, n, seed, beta)
-
-
-def exact_discriminability(reward: str, sigma: float, alpha: float, beta: float = BETA,
-                           quad_step: float = QUAD_STEP) -> float:
-    """D_α(π⁺_σ ‖ π^old_σ) (E4) of the default world (:meth:`World1D.exact_discriminability`)."""
-    return DEFAULT_WORLD.exact_discriminability(reward, sigma, alpha, beta, quad_step)
 
 
 def world_meta(world: World1D) -> dict:
@@ -109,12 +52,14 @@ def world_meta(world: World1D) -> dict:
 
 
 def exact_gain_table(rewards: tuple[str, ...] = REWARDS, alpha: float = 2.0, steps: int = 25,
-                     beta: float = BETA, advance=None, world: World1D = DEFAULT_WORLD) -> GainTable:
-    """The exact ``recast.gains/1`` table of an analytic world (E4, E5) on σ_t = t/T (default: gmm1d's).
+                     beta: float | None = None, advance=None, world: World1D = DEFAULT_WORLD) -> GainTable:
+    """The exact ``recast.gains/1`` table of an analytic world (E4, E5) on its grid σ_t = t/T (default:
+    gmm1d's), with the world's β unless ``beta`` is given.
 
     ``advance`` (optional) is called once per (reward, level) computed: a progress bar's hook.
     """
-    sigmas = GridSpec("linear").sigmas(steps)
+    beta = world.beta if beta is None else beta
+    sigmas = world.grid.sigmas(steps)
 
     def one(reward: str, sigma: float) -> float:
         value = world.exact_discriminability(reward, sigma, alpha, beta)
@@ -140,7 +85,7 @@ def exact_gain_table(rewards: tuple[str, ...] = REWARDS, alpha: float = 2.0, ste
             "reward_std": {r: 1.0 for r in rewards},
             "policy": world_meta(world),
             "positives": {"source": "exact"},
-            "grid": GridSpec("linear").to_json(),
+            "grid": world.grid.to_json(),
         },
     )
 
@@ -158,10 +103,10 @@ class GMM1DConditioning:
 class GMM1DPolicy(FlowPolicy):
     """The analytic world as a policy: exact velocity, exact posterior rollouts (METHOD.md §4).
 
-    ``sigmas`` is the linear grid σ_t = t/T; a latent is one number (``latent_shape == (1,)``),
-    float64 on the CPU. "Images" are the samples x_0 themselves: ``decode`` and ``encode``
+    ``sigmas`` is the world's grid σ_t = t/T (``grid_spec``); a latent is one number (``latent_shape ==
+    (1,)``), float64 on the CPU. "Images" are the samples x_0 themselves: ``decode`` and ``encode``
     return their input unchanged ([B, 1]) and the rewards are functions of x_0
-    (:func:`reward_value`). With ``exact_rollouts`` (default) :meth:`rollout` draws x_0 from
+    (:meth:`World1D.reward_value`). With ``exact_rollouts`` (default) :meth:`rollout` draws x_0 from
     the exact posterior x_0 | x_t, which is what the estimator's rollouts are meant to sample
     (E3); with ``exact_rollouts=False`` it runs the shared SDE sampler of the base class on
     the exact velocity instead, to measure a kernel's proxy against the exact answer. ``world``
@@ -171,9 +116,14 @@ class GMM1DPolicy(FlowPolicy):
     def __init__(self, steps: int = 25, exact_rollouts: bool = True, world: World1D = DEFAULT_WORLD):
         if not isinstance(steps, int) or steps < 1:
             raise BadInput(f"steps must be a positive integer, got {steps!r}")
-        self.sigmas = torch.from_numpy(GridSpec("linear").sigmas(steps))
+        self.sigmas = torch.from_numpy(world.grid.sigmas(steps))
         self.exact_rollouts = exact_rollouts
         self.world = world
+
+    @property
+    def grid_spec(self) -> GridSpec:
+        """The σ grid, the world's own (an image policy's is its scheduler's)."""
+        return self.world.grid
 
     @property
     def latent_shape(self) -> tuple[int, ...]:

@@ -2,22 +2,24 @@
 
 A :class:`World1D` is everything the analytic worlds ``gmm1d`` and ``flow1d`` know in closed form
 (METHOD.md §4): π^old = Σ_j w_j·N(μ_j, s_j²), rectified-flow noising x_σ = (1 − σ)x_0 + σε, and
-rewards r(x_0) that are constant on cells of the line (:class:`StepReward`). From these follow,
-exactly: the posterior x_0 | x_σ (a Gaussian mixture), the rectified-flow velocity, P(r = v)
-under any Gaussian (a sum of ndtr differences over cells), π^old and π⁺ ∝ π^old·exp(r/β) samples
-and CDFs, and D_α(π⁺_σ ‖ π^old_σ) (E3, E4) by a 1-D quadrature.
+rewards r(x_0) that are constant on cells of the line (:class:`~recast_cli.policy.step_reward.StepReward`).
+From these follow, exactly: the posterior x_0 | x_σ (a Gaussian mixture), the rectified-flow
+velocity, P(r = v) under any Gaussian (a sum of ndtr differences over cells), π^old and
+π⁺ ∝ π^old·exp(r/β) samples and CDFs, and D_α(π⁺_σ ‖ π^old_σ) (E3, E4) by a 1-D quadrature. What
+every 1-D world shares is written once, here: its σ grid (:data:`GRID`, ``World1D.grid``) and the β
+of its π⁺ (:data:`BETA`, ``World1D.beta``).
 
 :data:`DEFAULT_WORLD` is the world of METHOD.md §4 (¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4);
 ``coarse``, ``mid``, ``fine``, ``fine_wide``); a setting's ``[world]`` table defines another
-(:func:`world_from_table`, docs/settings.md "[world]"). Numbers are float64 throughout; the
-world's entry points take arrays of any shape (``velocity``, ``velocity_torch``, ``posterior``,
+(:mod:`~recast_cli.policy.world_table`, docs/settings.md "[world]"). Every world is checked as it is
+built, against the limits of :mod:`~recast_cli.policy.world_limits`. Numbers are float64 throughout;
+the world's entry points take arrays of any shape (``velocity``, ``velocity_torch``, ``posterior``,
 ``reward_value`` — numpy, or torch for ``velocity_torch`` and ``reward_value``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,178 +28,22 @@ from scipy.special import logsumexp, ndtr, ndtri
 
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
+from recast_cli.policy.step_reward import REACH, StepReward
+from recast_cli.policy.world_limits import POSTERIOR_COST, QUAD_STEP, check_tilt, check_world, held_levels
 
-#: The most cells a reward may have: its explicit cells, or its periodic cells over the support.
-MAX_CELLS = 10_000
-#: The most mixture components a world may have (the posterior holds N × J numbers).
-MAX_COMPONENTS = 100
-#: |Σ w_j − 1| allowed.
-WEIGHT_TOLERANCE = 1e-9
-#: A cell has appreciable mass when π^old gives it at least this probability.
-MASS_FLOOR = 1e-12
-#: The support of a Gaussian, in standard deviations either side of its mean (cells are enumerated over it).
-REACH = 12
-
-# The work limits (docs/settings.md "[world]", "Work limits"): every world is bounded by the work it
-# implies, checked when it is defined, before any array is built.
-
-#: The largest |number| a world may place on the line (a mean, an edge, an interval end, a phase) and the
-#: largest std or cell width: (x − μ)², μ ± REACH·s and (e − μ)/s then stay far inside float64.
-MAX_COORDINATE = 1e6
-#: The smallest std: (e − μ)/s stays finite for every edge e and mean μ within ±MAX_COORDINATE.
-MIN_STD = 1e-6
 #: β of the analytic worlds: π⁺ ∝ π^old·exp(r/β) with the raw reward (METHOD.md §4).
 BETA = 0.5
 #: The σ grid of every 1-D world (METHOD.md §4): linear in σ.
 GRID = GridSpec("linear")
-#: The largest tilt (r_max − r_min)/β of a reward: every exp of a reward over β is taken relative to one of
-#: its values (rejection's exp((r − r_max)/β), the π⁺ CDF's and cell sampler's, the exact D's
-#: expm1((u − u_0)/β)), so it stays within e^{±700} ≈ 1e±304, inside float64 (largest about e^709.8) with
-#: room for a factor of 10⁴ (the KL's ratio·log ratio, at most e^700·700).
-MAX_TILT = 700.0
-#: The largest |r| of a reward value, like MAX_COORDINATE for places: r/β and its α-multiples (the sampled
-#: estimate's log-weights, ``estimate.gains.MAX_LOG_WEIGHT``), the trainer's advantages and means stay far
-#: inside float64.
-MAX_VALUE = 1e6
-#: The exact estimate's quadrature step over x_σ (E4).
-QUAD_STEP = 5e-4
 #: Quadrature points × components the exact estimate holds at once: its float64 arrays [points, J] are
 #: computed in chunks of this many elements, so its memory is bounded whatever the world.
 QUAD_CHUNK = 1 << 20
-#: The cost of the posterior at one quadrature point and component, in units of one cell's Gaussian mass
-#: there (measured: a two-cell reward costs as much per point as about ten cells' masses).
-POSTERIOR_COST = 8
-#: The most work the exact D of one reward may take at one noise level: quadrature points × components ×
-#: (cells enumerated + levels they hold + POSTERIOR_COST), a few seconds on one CPU core (a level's sum
-#: costs about as much as a cell's mass).
-MAX_LEVEL_WORK = 1e8
-#: The most work one exact gain table may take: the sum over its rewards, noise levels and α (minutes).
-MAX_EXACT_WORK = 2e10
 #: π⁺ is drawn by rejection from π^old while it accepts at least this share of draws; below, by the exact
 #: inverse CDF of the tilted cells (a rare, high-value cell would otherwise take ~1/acceptance draws each).
 MIN_ACCEPTANCE = 1e-3
 #: The exact π⁺ sampler enumerates cells out to where a Gaussian's tail, tilted by the reward's whole
 #: spread, weighs less than e^{-TAIL_LOG} (about 1e-20) of π⁺.
 TAIL_LOG = 46.0
-
-
-def _mass(lo: float, hi: float, mean: np.ndarray, std: np.ndarray, safe: np.ndarray) -> np.ndarray:
-    """P(lo <= x < hi) under N(mean, std²), elementwise; std = 0 is the point mass at ``mean``."""
-    smooth = ndtr((hi - mean) / safe) - ndtr((lo - mean) / safe)
-    point = ((mean >= lo) & (mean < hi)).astype(np.float64)
-    return np.where(std > 0, smooth, point)
-
-
-@dataclass(frozen=True)
-class StepReward:
-    """A reward constant on cells of the line; a point on an edge belongs to the cell on its right.
-
-    Explicit cells (``cell`` is None): ``edges`` e_1 < … < e_n and ``values`` v_0 … v_n, v_i on
-    [e_i, e_{i+1}) with e_0 = −∞ and e_{n+1} = +∞. Periodic cells (``cell`` > 0): cell k =
-    [phase + k·cell, phase + (k + 1)·cell) holds ``values[k mod len(values)]`` for every integer k.
-    """
-
-    edges: tuple[float, ...] = ()
-    values: tuple[float, ...] = ()
-    cell: float | None = None
-    phase: float = 0.0
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        """The distinct values, ascending."""
-        return tuple(sorted(set(self.values)))
-
-    def value(self, x0: np.ndarray) -> np.ndarray:
-        """r(x_0), float64, any shape; NaN where x_0 is NaN."""
-        x0 = np.asarray(x0, dtype=np.float64)
-        values = np.asarray(self.values, dtype=np.float64)
-        if self.cell is None:
-            out = values[np.searchsorted(np.asarray(self.edges, dtype=np.float64), x0, side="right")]
-        else:
-            k = np.floor((x0 - self.phase) / self.cell)
-            finite = np.isfinite(k)
-            out = values[np.where(finite, k % len(values), 0).astype(np.int64)]
-            out = np.where(finite, out, np.nan)
-        return np.where(np.isnan(x0), np.nan, out)
-
-    def value_torch(self, x0):
-        """r(x_0) for a torch tensor of any shape: float64 on its device (the same numbers as :meth:`value`)."""
-        import torch
-
-        x0 = x0.to(torch.float64)
-        values = torch.tensor(self.values, dtype=torch.float64, device=x0.device)
-        if self.cell is None:
-            edges = torch.tensor(self.edges, dtype=torch.float64, device=x0.device)
-            out = values[torch.searchsorted(edges, x0.contiguous(), right=True)]
-        else:
-            k = torch.floor((x0 - self.phase) / self.cell)
-            finite = torch.isfinite(k)
-            out = values[torch.where(finite, torch.remainder(k, len(self.values)), 0).to(torch.int64)]
-            out = torch.where(finite, out, torch.nan)
-        return torch.where(torch.isnan(x0), torch.nan, out)
-
-    def cells(self, lo: float, hi: float) -> Iterator[tuple[float, float, float]]:
-        """(start, end, value) of every cell, left to right; periodic cells only those around [lo, hi]."""
-        if self.cell is None:
-            bounds = (-np.inf, *self.edges, np.inf)
-            for i, value in enumerate(self.values):
-                yield bounds[i], bounds[i + 1], value
-            return
-        first = int(np.floor((lo - self.phase) / self.cell)) - 1
-        last = int(np.ceil((hi - self.phase) / self.cell)) + 1
-        m = len(self.values)
-        for k in range(first, last + 1):
-            yield self.phase + k * self.cell, self.phase + (k + 1) * self.cell, self.values[k % m]
-
-    def count_cells(self, lo: float, hi: float) -> float:
-        """How many cells :meth:`cells` yields over [lo, hi] (a float: inf when absurdly many)."""
-        if self.cell is None:
-            return float(len(self.values))
-        span = (hi - lo) / self.cell
-        return span + 4 if math.isfinite(span) else math.inf
-
-    def level_cells(self, lo: float, hi: float) -> dict[float, list[tuple[float, float]]]:
-        """value → its cells (start, end) among :meth:`cells` over [lo, hi], left to right: one pass
-        over the cells serves every level (a reward may have 10⁴ cells and as many values)."""
-        grouped: dict[float, list[tuple[float, float]]] = {}
-        for a, b, value in self.cells(lo, hi):
-            grouped.setdefault(value, []).append((a, b))
-        return grouped
-
-    def held_probabilities(self, mean: np.ndarray, std: np.ndarray, levels) -> Iterator[tuple[int, np.ndarray]]:
-        """(i, P(r(x) = levels[i]) under N(mean, std²)) for each level that holds a cell within reach of
-        the means, in order, elementwise; std = 0 gives the indicator at ``mean``. Every other level's
-        probability is exactly 0 there, and is skipped: the work is that of the cells, however many
-        values the reward has (a periodic pattern may hold 10⁴ values, a few of them near the means).
-
-        A sum of ndtr differences over the cells that hold the level, left to right; periodic cells are
-        enumerated once, over [min mean − 12·max std, max mean + 12·max std]. One level's array is made
-        at a time (a generator), so the memory is that of one level whatever their number.
-        """
-        mean, std = np.broadcast_arrays(np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64))
-        if mean.size == 0:
-            return
-        safe = np.where(std > 0, std, 1.0)
-        grouped = self.level_cells(mean.min() - REACH * std.max(), mean.max() + REACH * std.max())
-        for i, level in enumerate(levels):
-            if level not in grouped:
-                continue
-            total = np.zeros(mean.shape)
-            for lo, hi in grouped[level]:
-                total = total + _mass(lo, hi, mean, std, safe)
-            yield i, total
-
-    def probability(self, mean: np.ndarray, std: np.ndarray, level: float) -> np.ndarray:
-        """P(r(x) = level) under N(mean, std²), elementwise (:meth:`held_probabilities` of one level, 0
-        where it holds no cell near the means)."""
-        held = next(self.held_probabilities(mean, std, (level,)), None)
-        return held[1] if held is not None else np.zeros(np.broadcast_shapes(np.shape(mean), np.shape(std)))
-
-    def describe(self) -> dict[str, Any]:
-        """The definition as JSON (explicit cells, or the periodic cells)."""
-        if self.cell is None:
-            return {"edges": list(self.edges), "values": list(self.values)}
-        return {"cell": self.cell, "phase": self.phase, "pattern": list(self.values)}
 
 
 @dataclass(frozen=True)
@@ -207,7 +53,8 @@ class World1D:
     ``rewards`` is a tuple of (name, :class:`StepReward`) in definition order. ``label`` names the
     world in messages (``gmm1d``, or a setting's ``[world]``) and is no part of its identity: two
     worlds with equal mixtures and rewards are equal. Construction checks the definition
-    (BadInput, one line, starting ``[world]``).
+    (:func:`~recast_cli.policy.world_limits.check_world`: BadInput, one line, starting ``[world]``).
+    A method that takes β defaults to the world's (``beta``).
     """
 
     weights: tuple[float, ...]
@@ -412,7 +259,7 @@ class World1D:
 
     # ------------------------------------------------------------------ π⁺ and the exact curves
 
-    def positive_cdf(self, name: str, x0: np.ndarray, beta: float) -> np.ndarray:
+    def positive_cdf(self, name: str, x0: np.ndarray, beta: float = BETA) -> np.ndarray:
         """CDF of π⁺ ∝ π^old·exp(r/β) (E2) by quadrature on a fine grid (the tilt is piecewise constant;
         taken relative to the reward's top value, so it never overflows)."""
         lo, hi = self.support(10)
@@ -422,7 +269,7 @@ class World1D:
         cdf = np.concatenate([[0.0], np.cumsum(0.5 * (dens[1:] + dens[:-1]) * np.diff(grid))])
         return np.interp(np.asarray(x0, dtype=np.float64), grid, cdf / cdf[-1])
 
-    def sample_positive(self, name: str, n: int, seed: int, beta: float) -> np.ndarray:
+    def sample_positive(self, name: str, n: int, seed: int, beta: float = BETA) -> np.ndarray:
         """n exact samples of π⁺ ∝ π^old·exp(r/β) (E2), deterministic from ``seed``.
 
         Rejection from π^old: a draw x is accepted with probability exp((r(x) − r_max)/β) ≤ 1, exact
@@ -503,7 +350,7 @@ class World1D:
                         0.0)
         return points, cells, work
 
-    def exact_discriminability(self, name: str, sigma: float, alpha: float, beta: float,
+    def exact_discriminability(self, name: str, sigma: float, alpha: float, beta: float = BETA,
                                quad_step: float = QUAD_STEP) -> float:
         """D_α(π⁺_σ ‖ π^old_σ) (E4) for one reward at noise level σ, by quadrature over x_σ.
 
@@ -555,146 +402,6 @@ def _renyi_part(ratio: np.ndarray, prob: np.ndarray, alpha: float) -> float:
         return float(np.sum(prob * ratio * np.log(ratio)))
     return float(logsumexp(alpha * np.log(ratio), b=prob))
 
-
-# ---------------------------------------------------------------------- checks
-
-
-def _finite(value: float) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def check_world(world: World1D) -> None:
-    """BadInput (one line, ``[world] …``) unless ``world`` is a world the exact code can use."""
-    J = len(world.means)
-    if not 1 <= J <= MAX_COMPONENTS:
-        raise BadInput(f"[world] means must hold 1 to {MAX_COMPONENTS} components, got {J}")
-    if len(world.weights) != J or len(world.stds) != J:
-        raise BadInput(f"[world] weights, means and stds must have one entry per component: "
-                       f"{len(world.weights)}, {J} and {len(world.stds)} given")
-    for key in ("weights", "means", "stds"):
-        bad = [v for v in getattr(world, key) if not _finite(v)]
-        if bad:
-            raise BadInput(f"[world] {key} must be finite numbers, got {bad[0]!r}")
-    if min(world.stds) <= 0:
-        raise BadInput(f"[world] stds must be > 0, got {min(world.stds)!r}")
-    _check_within("[world] means", world.means)
-    bad = [v for v in world.stds if not MIN_STD <= v <= MAX_COORDINATE]
-    if bad:
-        raise BadInput(f"[world] stds must be from {MIN_STD:g} to {MAX_COORDINATE:g}, got {bad[0]!r}")
-    if min(world.weights) <= 0:
-        raise BadInput(f"[world] weights must be > 0, got {min(world.weights)!r}")
-    if abs(math.fsum(world.weights) - 1) > WEIGHT_TOLERANCE:
-        raise BadInput(f"[world] weights sum to {math.fsum(world.weights)!r}, not 1 (within {WEIGHT_TOLERANCE:g})")
-    if not world.rewards:
-        raise BadInput("[world] defines no reward: add [world.rewards.NAME] tables")
-    names = [name for name, _ in world.rewards]
-    twice = [n for n in names if names.count(n) > 1]
-    if twice:
-        raise BadInput(f"[world] reward {twice[0]!r} is defined twice")
-    lo, hi = world.support()
-    for name, reward in world.rewards:
-        check_reward(name, reward, lo, hi)
-        masses = world.cell_masses(reward)
-        seen = {value for mass, value in masses if mass >= MASS_FLOOR}
-        if len(seen) < 2:
-            only = next(iter(seen), reward.values[0])
-            raise BadInput(f"[world.rewards.{name}] is constant on the support: every cell π^old gives mass >= "
-                           f"{MASS_FLOOR:g} holds {only!r} (a constant reward tilts nothing)")
-        check_level_work(world, name)
-
-
-#: The noise levels the per-level work of a world is checked at, 0.01 apart over (0, 1]: the work varies
-#: smoothly in σ, and each exact table checks its own grid σ_t = t/T in full (``check_exact_work``).
-WORK_SIGMAS = np.linspace(0.0, 1.0, 101)[1:]
-
-
-def held_levels(reward: StepReward, cells: np.ndarray) -> np.ndarray:
-    """How many levels above the lowest ``cells`` enumerated cells of ``reward`` can hold: all of them for
-    explicit cells, at most one per cell for a periodic pattern (of 10⁴ values, a few near the means)."""
-    return np.minimum(cells, len(reward.levels) - 1)
-
-
-def check_level_work(world: World1D, name: str) -> None:
-    """BadInput unless the exact D of reward ``name`` takes at most MAX_LEVEL_WORK at every noise level
-    (:meth:`World1D.exact_work`): a world whose quadrature grid or cell enumeration is too large is
-    refused when it is defined, naming the number that is too large."""
-    points, cells, work = world.exact_work(name, WORK_SIGMAS)
-    i = int(np.argmax(work))
-    if work[i] > MAX_LEVEL_WORK:
-        lo, hi = (float(end[0]) for end in world.quadrature_span(WORK_SIGMAS[i:i + 1]))
-        levels = held_levels(world.reward(name), cells[i])
-        raise BadInput(f"[world.rewards.{name}]: its exact estimate needs {points[i]:.3g} quadrature points "
-                       f"(x_σ in [{lo:.4g}, {hi:.4g}] by {QUAD_STEP:g}) × {len(world.means)} components × "
-                       f"({cells[i]:.3g} cells + {levels:.3g} levels + {POSTERIOR_COST}) = {work[i]:.3g} "
-                       f"evaluations at σ = {WORK_SIGMAS[i]:.2f}; at most {MAX_LEVEL_WORK:g} per noise level are "
-                       "allowed (bring the means closer, or use fewer components, cells or distinct values)")
-
-
-def check_exact_work(world: World1D, rewards, sigmas: np.ndarray, alphas: int) -> None:
-    """BadInput unless one exact gain table — ``rewards`` on the grid ``sigmas``, for ``alphas``
-    orders α — takes at most MAX_EXACT_WORK in all (checked before any quadrature)."""
-    total = alphas * sum(float(world.exact_work(name, sigmas)[2].sum()) for name in rewards)
-    if total > MAX_EXACT_WORK:
-        raise BadInput(f"the exact estimate of {world.label} needs {total:.3g} evaluations for {len(rewards)} "
-                       f"reward(s) × {len(sigmas)} noise levels × {alphas} α; at most {MAX_EXACT_WORK:g} are "
-                       "allowed: use fewer --steps, rewards or α")
-
-
-def check_tilt(where: str, reward: StepReward, beta: float, fix: str = "scale the reward down") -> None:
-    """BadInput unless ``reward``'s values span at most MAX_TILT·β: every exp of a value over β is taken
-    relative to another value, so only the spread (r_max − r_min)/β can overflow — (200, 201) tilts as
-    (0, 1) does. Names the real cause before any exp overflows (``fix``: what to do); Python floats, so
-    an absurd spread warns of nothing."""
-    low, high = min(reward.values), max(reward.values)
-    tilt = (high - low) / beta
-    if not tilt <= MAX_TILT:
-        raise BadInput(f"{where} values span {low:g} to {high:g}, too wide for β = {beta:g}: the tilt "
-                       f"exp((r − r_min)/β) reaches e^{tilt:.4g} and overflows float64; keep (r_max − r_min)/β "
-                       f"<= {MAX_TILT:g} (a spread <= {MAX_TILT * beta:g}): {fix}")
-
-
-def _check_within(where: str, values, limit: float = MAX_COORDINATE) -> None:
-    """BadInput unless every number of ``values`` lies within ±``limit`` (a place on the line by default)."""
-    bad = [v for v in values if abs(v) > limit]
-    if bad:
-        raise BadInput(f"{where} must lie within ±{limit:g}, got {bad[0]!r}")
-
-
-def check_reward(name: str, reward: StepReward, lo: float, hi: float) -> None:
-    where = f"[world.rewards.{name}]"
-    if reward.cell is None:
-        if len(reward.values) != len(reward.edges) + 1:
-            raise BadInput(f"{where} needs one value per cell, len(edges) + 1 = {len(reward.edges) + 1}; "
-                           f"got {len(reward.values)} values")
-        bad = [e for e in reward.edges if not _finite(e)]
-        if bad:
-            raise BadInput(f"{where} edges must be finite numbers, got {bad[0]!r}")
-        _check_within(f"{where} edges", reward.edges)
-        if any(b <= a for a, b in zip(reward.edges, reward.edges[1:])):
-            raise BadInput(f"{where} edges must be strictly increasing (sorted, no repeats), got "
-                           f"{_short(reward.edges)}")
-    else:
-        if not (_finite(reward.cell) and reward.cell > 0) or not _finite(reward.phase):
-            raise BadInput(f"{where} needs cell > 0 and a finite phase, got cell = {reward.cell!r}, "
-                           f"phase = {reward.phase!r}")
-        if not reward.values:
-            raise BadInput(f"{where} needs a pattern: the values of consecutive cells, repeated")
-        _check_within(f"{where} cell and phase", (reward.cell, reward.phase))
-    bad = [v for v in reward.values if not _finite(v)]
-    if bad:
-        raise BadInput(f"{where} values must be finite numbers, got {bad[0]!r}")
-    check_tilt(where, reward, BETA)
-    _check_within(f"{where} values", reward.values, MAX_VALUE)
-    cells = reward.count_cells(lo, hi)
-    if cells > MAX_CELLS:
-        shown = "more than 10^300" if not math.isfinite(cells) else f"{int(cells)}"
-        raise BadInput(f"{where} has {shown} cells over the support [{lo:g}, {hi:g}] (π^old's means ± {REACH} "
-                       f"stds); at most {MAX_CELLS} are allowed")
-
-
-def _short(items) -> str:
-    text = "[" + ", ".join(f"{x:g}" for x in items[:8]) + (", …]" if len(items) > 8 else "]")
-    return text
 
 
 #: METHOD.md §4's world: π^old = ¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4), and its rewards.

@@ -2,7 +2,8 @@
 
 The four reward forms (explicit edges, a threshold, intervals, periodic cells), every key checked
 by name; the world's own checks (sorted edges, weights summing to 1, a reward constant on the
-support, the cell cap, …) run when the ``World1D`` is built.
+support, the cell cap, the work limits, …) run when the ``World1D`` is built
+(:mod:`~recast_cli.policy.world_limits`, below the world so that a world built in code is checked too).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import math
 from typing import Any
 
 from recast_cli.errors import BadInput
-from recast_cli.policy.world1d import MAX_CELLS, MAX_COMPONENTS, StepReward, World1D
+from recast_cli.policy.step_reward import StepReward
+from recast_cli.policy.world1d import World1D
+from recast_cli.policy.world_limits import MAX_CELLS, MAX_COMPONENTS
 
 # ---------------------------------------------------------------------- the [world] table
 

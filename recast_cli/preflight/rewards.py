@@ -16,7 +16,7 @@ Every name in ``[train] rewards`` and ``[evaluate] judges`` is placed once (:fun
   and any plug-in: named, not counted.
 
 The ``build`` phase counts each model on the meta device (parameters, bytes at fp32: the scorers
-load their checkpoints in fp32). The device phases use ``preflight_phases.ArchitectureScorer``: the model
+load their checkpoints in fp32). The device phases use ``preflight.phases.ArchitectureScorer``: the model
 materialised with random weights where the setting puts it (``[rewards.NAME] device``), scoring with
 the reward module's own tensor function (``hfclip.scaled_cosine``, ``hps_cosine``,
 ``aesthetic_score``, ImageReward's ``score_gard``) on the images resized to the model's input and

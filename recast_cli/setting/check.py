@@ -260,7 +260,7 @@ def _check_policy(setting: Setting) -> str:
 def _describe_world(setting: Setting) -> str:
     """The world's size and the exact estimate's heaviest noise level (its limits are checked as the
     world is read: docs/settings.md "Work limits")."""
-    from recast_cli.policy.world1d import MAX_LEVEL_WORK, WORK_SIGMAS
+    from recast_cli.policy.world_limits import MAX_LEVEL_WORK, WORK_SIGMAS
 
     world = analytic_world(setting.policy)
     lo, hi = world.support()
@@ -285,17 +285,21 @@ def _world_reward(setting: Setting, name: str) -> str:
 
 
 def _study(setting: Setting) -> StudySpec:
-    """The ``[study]`` table (``load_study``), its α (a Rényi order within ``estimate.config.MAX_ALPHA``)
-    and, on an analytic world, the work of the exact gain table the study computes."""
+    """The ``[study]`` table (``load_study``), its α (a Rényi order within ``estimate.config.MAX_ALPHA``),
+    on an analytic world the work of the exact gain table the study computes, and its cells (``StudySpec.cells``)."""
     from recast_cli.estimate.config import check_alphas
-    from recast_cli.grid import GridSpec
-    from recast_cli.policy.world1d import check_exact_work
+    from recast_cli.policy.world_limits import check_exact_work
 
     study = load_study(setting)
     check_alphas((study.alpha,), "[study] alpha")
     if setting.policy.kind in ANALYTIC_KINDS:
-        sigmas = GridSpec("linear").sigmas(study.estimate_steps)
-        check_exact_work(analytic_world(setting.policy), study.rewards, sigmas, 1)
+        world = analytic_world(setting.policy)
+        check_exact_work(world, study.rewards, world.grid.sigmas(study.estimate_steps), 1)
+    try:
+        train = train_config(setting)
+    except BadInput:
+        return study  # [train]'s own row names its problem
+    study.cells(train, setting.file.name)  # the plan: group sizes against the rollouts, learning rates against the arms
     return study
 
 

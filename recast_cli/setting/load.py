@@ -5,9 +5,9 @@ A setting names its policy and the defaults of every stage. ``--setting NAME`` r
 a setting are relative to the file, so a setting folder can be moved as a whole.
 
 This module reads the ``[policy]`` table and hands ``[world]`` (an analytic world's mixture and
-rewards) to its parser in ``policy/world1d.py``; every other table has its parser beside the code that
+rewards) to its parser in ``policy/world_table.py``; every other table has its parser beside the code that
 uses it (``[train]`` in ``train/config.py``, ``[evaluate]`` in ``evaluate/config.py``, ``[study]`` in
-``study.py``, ``[rewards.NAME]`` in ``rewards/options.py``), each built with ``parse_table``.
+``study/spec.py``, ``[rewards.NAME]`` in ``rewards/options.py``), each built with ``parse_table``.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def load_setting(name_or_path: str) -> Setting:
 
 def world_spec(table: Any, kind: str, path: Path) -> World1D:
     """The ``[world]`` table of an analytic setting (docs/settings.md "[world]"): the parser of
-    ``policy/world1d.py``, then the reward names against the scorer registry (a world's reward
+    ``policy/world_table.py``, then the reward names against the scorer registry (a world's reward
     may reuse only the analytic world's own names: coarse, mid, fine, fine_wide)."""
     if kind not in ANALYTIC_KINDS:
         raise BadInput(f"{path}: [world] defines an analytic world; a {kind} policy has none "

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from recast_cli.artifacts import lambda_hat  # the row sums of W, defined with its schema
+# the kernels and τ's default, defined with W's schema (which records them)
+from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS
 
-DEFAULT_TAU = 1.0
-#: The affinity kernels: ``exp`` (E11, the paper's, the default) and ``power`` (E11p, ours).
-KERNELS = ("exp", "power")
-DEFAULT_KERNEL = "exp"
 #: E11p's floor: ΔD̄ below this fraction of its row's peak counts as that much (K > 0, log K finite).
 POWER_FLOOR = 1e-6
 DEFAULT_FLOOR = 1e-3

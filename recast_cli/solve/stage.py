@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from recast_cli.artifacts import MODES, WEIGHTS_SCHEMA, Source, WeightMatrix, claim_output, read_gains, write_weights
+from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.grid import GRID_KINDS, GridSpec
-from recast_cli.solve.sinkhorn import (DEFAULT_FLOOR, DEFAULT_KERNEL, DEFAULT_TAU, KERNELS, SinkhornError, resample_gains,
-                                      solve_weights, spill_share)
+from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, SinkhornError, resample_gains, solve_weights, spill_share
 
 #: The largest ratio between two budgets: beyond it λ̂ of the smallest is lost to rounding.
 MAX_LAMBDA_RATIO = 1e12
@@ -152,7 +152,7 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         tau=tau,
         sigmas=sigmas[::-1].copy(),
         info=info,
-        trained_steps=tuple(range(skip_clean + 1, T + 1)),
+        trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel,
     )
     config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
               "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
@@ -173,7 +173,7 @@ def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc:
     W = solve_weights(gain, np.asarray(lam, dtype=np.float64), mode="static", skip_clean=skip_clean).W
     return WeightMatrix(W=W, gain=gain, rewards=rewards, lam=tuple(float(x) for x in lam), mode="static",
                         tau=DEFAULT_TAU, sigmas=np.asarray(sigmas_desc, dtype=np.float64), info=info,
-                        trained_steps=tuple(range(skip_clean + 1, T + 1)))
+                        trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=DEFAULT_KERNEL)
 
 
 def _target_grid(recorded: object, kind: str | None, shift: float | None, where: object,

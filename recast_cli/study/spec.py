@@ -1,5 +1,6 @@
 """The ``[study]`` table of a setting: its budgets, seeds, arms and the estimate that W is solved from
-(``load_study`` → ``StudySpec``), and what of a setting determines each of a study's artifacts."""
+(``load_study`` → ``StudySpec``), the one plan of its cells (``StudySpec.cells``: what ``recast study``
+and the Make graph both run), and what of a setting determines each of a study's artifacts."""
 
 from __future__ import annotations
 
@@ -7,21 +8,24 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from recast_cli import bounds
+from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS, MODES
 from recast_cli.errors import BadInput, shown
 from recast_cli.setting.load import Setting, file_digest, parse_table
 
-#: the arms a study trains by default, in the order its Make graph lists them (each one of artifacts.MODES)
-STUDY_MODES = ("static", "recast", "nosink", "reversed")
+if TYPE_CHECKING:
+    from recast_cli.train.config import TrainConfig
+
+#: the arms a study trains by default, in the order its Make graph lists them and its cells run (outputs
+#: follow it): the static baseline first, then the other modes of ``artifacts.MODES`` in their order
+STUDY_MODES = ("static", *(m for m in MODES if m != "static"))
 SAMPLINGS = ("pplus", "pold")
 STUDY_GAINS = ("estimate", "exact")
 PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
 PATH_SOURCES = ("folder", "diffusers")
 
-
-KERNELS = ("exp", "power")
 #: a number of a "LO:HI" seeds string: ASCII digits, no more than ``int`` reads (4300)
 DIGITS = r"[0-9]{1,4300}"
 
@@ -43,12 +47,35 @@ class ArmSpec:
         parts = text.split(":") if isinstance(text, str) else []
         if not 1 <= len(parts) <= 3 or parts[0] not in STUDY_MODES:
             raise BadInput(f"arm {shown(text)}: expected MODE[:KERNEL[:GAINS]] with MODE one of {', '.join(STUDY_MODES)}")
-        kernel = parts[1] if len(parts) > 1 else "exp"
+        kernel = parts[1] if len(parts) > 1 else DEFAULT_KERNEL
         gains = parts[2] if len(parts) > 2 else "exact"
         if kernel not in KERNELS or gains not in STUDY_GAINS:
             raise BadInput(f"arm {text!r}: the kernel must be one of {', '.join(KERNELS)} and the gains one of "
                            f"{', '.join(STUDY_GAINS)}")
         return cls(parts[0], kernel, gains, "-".join(parts))
+
+
+@dataclass(frozen=True)
+class StudyCell:
+    """One cell of a study's plan: a budget × arm × group size G, trained at ``[train]``'s rollouts per
+    step (G × ``prompts_per_step`` = ``[train]``'s group_size × prompts_per_step) with the arm's learning
+    rate. ``recast study`` trains every seed of a cell as one computation; the Make graph, one run per seed."""
+
+    budget: tuple[float, ...]
+    arm: ArmSpec
+    group_size: int
+    prompts_per_step: int
+    learning_rate: float
+
+    @property
+    def weights_name(self) -> str:
+        """``BUDGET-ARM``, the name of the cell's W (one per budget × arm, whatever G)."""
+        return f"{StudySpec.label(self.budget)}-{self.arm.label}"
+
+    @property
+    def name(self) -> str:
+        """``BUDGET-ARM-gG``, the name of the cell's file (``recast study``)."""
+        return f"{self.weights_name}-g{self.group_size}"
 
 
 @dataclass(frozen=True)
@@ -74,7 +101,7 @@ class StudySpec:
     p: int | None = None
     sampling: str = "pplus"
     positives: str | None = None
-    tau: float = 1.0
+    tau: float = DEFAULT_TAU
     gains: str = "estimate"  # what W is solved from: the sampled estimate, or (flow1d) the exact table
     control: str | None = None  # flow1d: another flow1d setting whose study runs beside this one
     # ``recast study`` (the batched engine of the 1-D world) only:
@@ -94,10 +121,31 @@ class StudySpec:
         return ",".join(f"{x:g}" for x in budget)
 
     def arm_specs(self) -> tuple[ArmSpec, ...]:
-        """The arms ``recast study`` trains: ``arms``, or every mode with the exp kernel and W from ``gains``."""
+        """The arms a study trains: ``arms``, or every mode with the default kernel and W from ``gains``."""
         if self.arms:
             return tuple(ArmSpec.parse(a) for a in self.arms)
-        return tuple(ArmSpec(mode, "exp", self.gains, mode) for mode in self.modes)
+        return tuple(ArmSpec(mode, DEFAULT_KERNEL, self.gains, mode) for mode in self.modes)
+
+    def cells(self, train: TrainConfig, where: str) -> tuple[StudyCell, ...]:
+        """The study's plan, the only place ``[study]`` becomes cells: every budget × arm × group size
+        (``group_sizes``, or ``[train]``'s G), in that order, each with its learning rate (``learning_rates``
+        by ``ARM@G``, then by arm, else ``[train]``'s). BadInput (``where``: the setting file's name) for
+        a G that does not divide ``[train]``'s rollouts per step, or a learning rate naming no arm."""
+        rollouts = train.group_size * train.prompts_per_step
+        sizes = self.group_sizes or (train.group_size,)
+        for g in sizes:
+            if rollouts % g:
+                raise BadInput(f"{where}: [study] group_sizes: G = {g} does not divide the "
+                               f"{rollouts} rollouts per step ([train] group_size × prompts_per_step)")
+        arms = self.arm_specs()
+        rates = dict(self.learning_rates)
+        unknown = sorted(set(rates) - {a.label for a in arms} - {f"{a.label}@{g}" for a in arms for g in sizes})
+        if unknown:
+            raise BadInput(f"{where}: [study] learning_rates names no arm: {', '.join(unknown)} "
+                           f"(arms: {', '.join(a.label for a in arms)})")
+        return tuple(StudyCell(budget, arm, g, rollouts // g, rates.get(f"{arm.label}@{g}",
+                                                                          rates.get(arm.label, train.learning_rate)))
+                     for budget in self.budgets for arm in arms for g in sizes)
 
     def positives_path(self) -> Path | None:
         """The folder of a ``folder:DIR`` / ``diffusers:PATH`` source (already resolved), else None."""
@@ -114,39 +162,8 @@ def load_study(setting: Setting) -> StudySpec:
         raise BadInput(f"{setting.file}: no [study] table")
     rewards = _train_rewards(setting)
 
-    def budgets(value: Any) -> tuple[tuple[float, ...], ...]:
-        if not isinstance(value, list) or not value:
-            raise BadInput(f"{where} budgets must be a non-empty list of λ lists")
-        parsed = []
-        for i, budget in enumerate(value):
-            if not isinstance(budget, list) or not all(_is_number(x) for x in budget):
-                raise BadInput(f"{where} budgets[{i}] = {budget!r} is not a list of numbers")
-            if len(budget) != len(rewards):
-                raise BadInput(f"{where} budgets[{i}] has {len(budget)} values for {len(rewards)} rewards "
-                               f"({', '.join(rewards)})")
-            if not all(math.isfinite(x) and x > 0 for x in budget):
-                raise BadInput(f"{where} budgets[{i}] = {budget} must hold positive numbers")
-            parsed.append(tuple(float(x) for x in budget))
-        if len(set(parsed)) != len(parsed):
-            raise BadInput(f"{where} budgets lists a budget twice")
-        return tuple(parsed)
-
     def no_budgets() -> NoReturn:
         raise BadInput(f"{where} needs budgets = [[λ per reward], ...]")
-
-    def seeds(value: Any) -> tuple[int, ...]:
-        if isinstance(value, str):  # "LO:HI", a half-open range: the hundreds of seeds of a batched study
-            lo, sep, hi = (part.strip() for part in value.partition(":"))
-            if not sep or not re.fullmatch(DIGITS, lo) or not re.fullmatch(DIGITS, hi) or int(lo) >= int(hi):
-                raise BadInput(f"{where} seeds = {shown(value)}: a string must be \"LO:HI\" with LO < HI")
-            value = list(bounds.seed_range(int(lo), int(hi), f"{where} seeds"))
-        seeds = _int_list(value, f"{where} seeds")
-        if not seeds or len(set(seeds)) != len(seeds):
-            raise BadInput(f"{where} seeds must be distinct integers, got {shown(value)}")
-        bounds.check("study_seeds", len(seeds), f"{where} seeds (how many)")
-        for i, seed in enumerate(seeds):
-            bounds.check("seed", seed, f"{where} seeds[{i}]")
-        return tuple(seeds)
 
     def modes(value: Any) -> tuple[str, ...]:
         if (not isinstance(value, list) or not value or len(set(map(str, value))) != len(value)
@@ -173,32 +190,13 @@ def load_study(setting: Setting) -> StudySpec:
     def unknown(keys: list[str], allowed: list[str]) -> str:
         return f"{where}: unknown key {', '.join(sorted(keys))}; allowed: {', '.join(sorted(allowed))}"
 
-    def arms(value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list) or not value:
-            raise BadInput(f"{where} arms must be a non-empty list of \"MODE[:KERNEL[:GAINS]]\" strings")
-        labels = [ArmSpec.parse(v).label for v in value]
-        if len(set(labels)) != len(labels):
-            raise BadInput(f"{where} arms lists an arm twice")
-        if setting.policy.kind != "flow1d":
-            raise BadInput(f"{where} arms are for recast study, the batched engine of the 1-D world (flow1d)")
-        return tuple(value)
-
-    def group_sizes(value: Any) -> tuple[int, ...]:
-        sizes = _int_list(value, f"{where} group_sizes")
-        if not sizes or len(set(sizes)) != len(sizes):
-            raise BadInput(f"{where} group_sizes must be distinct integers, got {shown(value)}")
-        for i, g in enumerate(sizes):
-            bounds.check("group_size", g, f"{where} group_sizes[{i}]")
-            if g < 2:
-                raise BadInput(f"{where} group_sizes[{i}] = {g}: a group needs at least 2 samples")
-        return tuple(sizes)
-
     def learning_rates(value: Any) -> tuple[tuple[str, float], ...]:
         if not isinstance(value, dict) or not value:
             raise BadInput(f"{where} learning_rates must be a table of arm label = learning rate")
         return tuple((str(k), _positive(v, f"{where} learning_rates.{k}")) for k, v in value.items())
 
-    parse = {"budgets": budgets, "seeds": seeds, "modes": modes, "arms": arms, "group_sizes": group_sizes,
+    parse = {"budgets": lambda v: _budgets(v, rewards, where), "seeds": lambda v: _seeds(v, where), "modes": modes,
+             "arms": lambda v: _arms(v, setting, where), "group_sizes": lambda v: _group_sizes(v, where),
              "eval_n": lambda v: bounds.check("images_per_prompt", v, f"{where} eval_n"), "learning_rates": learning_rates,
              **{key: (lambda v, key=key, kind=kind: bounds.check(kind, v, f"{where} {key}"))
                 for key, kind in (("warmup_steps", "warmup_steps"), ("estimate_steps", "steps"),
@@ -208,6 +206,65 @@ def load_study(setting: Setting) -> StudySpec:
              "positives": lambda v: _positives_source(v, setting.file, where),
              "gains": gains, "control": control}
     return parse_table(StudySpec, table, unknown, parse, absent={"budgets": no_budgets}, rewards=rewards)
+
+
+def _budgets(value: Any, rewards: tuple[str, ...], where: str) -> tuple[tuple[float, ...], ...]:
+    """``budgets``: distinct lists of one positive λ per reward of ``rewards``."""
+    if not isinstance(value, list) or not value:
+        raise BadInput(f"{where} budgets must be a non-empty list of λ lists")
+    parsed = []
+    for i, budget in enumerate(value):
+        if not isinstance(budget, list) or not all(_is_number(x) for x in budget):
+            raise BadInput(f"{where} budgets[{i}] = {budget!r} is not a list of numbers")
+        if len(budget) != len(rewards):
+            raise BadInput(f"{where} budgets[{i}] has {len(budget)} values for {len(rewards)} rewards "
+                           f"({', '.join(rewards)})")
+        if not all(math.isfinite(x) and x > 0 for x in budget):
+            raise BadInput(f"{where} budgets[{i}] = {budget} must hold positive numbers")
+        parsed.append(tuple(float(x) for x in budget))
+    if len(set(parsed)) != len(parsed):
+        raise BadInput(f"{where} budgets lists a budget twice")
+    return tuple(parsed)
+
+
+def _seeds(value: Any, where: str) -> tuple[int, ...]:
+    """``seeds``: distinct integers, or ``"LO:HI"`` (a half-open range), within the bounds."""
+    if isinstance(value, str):  # "LO:HI", a half-open range: the hundreds of seeds of a batched study
+        lo, sep, hi = (part.strip() for part in value.partition(":"))
+        if not sep or not re.fullmatch(DIGITS, lo) or not re.fullmatch(DIGITS, hi) or int(lo) >= int(hi):
+            raise BadInput(f"{where} seeds = {shown(value)}: a string must be \"LO:HI\" with LO < HI")
+        value = list(bounds.seed_range(int(lo), int(hi), f"{where} seeds"))
+    seeds = _int_list(value, f"{where} seeds")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise BadInput(f"{where} seeds must be distinct integers, got {shown(value)}")
+    bounds.check("study_seeds", len(seeds), f"{where} seeds (how many)")
+    for i, seed in enumerate(seeds):
+        bounds.check("seed", seed, f"{where} seeds[{i}]")
+    return tuple(seeds)
+
+
+def _arms(value: Any, setting: Setting, where: str) -> tuple[str, ...]:
+    """``arms``: distinct ``MODE[:KERNEL[:GAINS]]`` strings (:meth:`ArmSpec.parse`), on a flow1d setting."""
+    if not isinstance(value, list) or not value:
+        raise BadInput(f"{where} arms must be a non-empty list of \"MODE[:KERNEL[:GAINS]]\" strings")
+    labels = [ArmSpec.parse(v).label for v in value]
+    if len(set(labels)) != len(labels):
+        raise BadInput(f"{where} arms lists an arm twice")
+    if setting.policy.kind != "flow1d":
+        raise BadInput(f"{where} arms are for recast study, the batched engine of the 1-D world (flow1d)")
+    return tuple(value)
+
+
+def _group_sizes(value: Any, where: str) -> tuple[int, ...]:
+    """``group_sizes``: distinct group sizes G ≥ 2 within the bounds."""
+    sizes = _int_list(value, f"{where} group_sizes")
+    if not sizes or len(set(sizes)) != len(sizes):
+        raise BadInput(f"{where} group_sizes must be distinct integers, got {shown(value)}")
+    for i, g in enumerate(sizes):
+        bounds.check("group_size", g, f"{where} group_sizes[{i}]")
+        if g < 2:
+            raise BadInput(f"{where} group_sizes[{i}] = {g}: a group needs at least 2 samples")
+    return tuple(sizes)
 
 
 def _train_rewards(setting: Setting) -> tuple[str, ...]:

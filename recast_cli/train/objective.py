@@ -1,10 +1,13 @@
 """The training objective of METHOD.md §6: group advantages, E13, the PPO-clipped loss and the KL.
 
-Pure tensor functions, shared by the trainer and its tests: static and ReCAST runs differ
-only in the W handed to ``step_advantages``.
+Pure tensor functions, shared by both trainers (``train.trainer``, one run; ``batched.engine``, a
+stack of seeds) and their tests: the per-pair loss is :func:`pair_loss`, written once. Static and
+ReCAST runs differ only in the W handed to ``step_advantages``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -72,3 +75,34 @@ def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor, d
     elif form != "exact":
         raise ValueError(f"unknown KL form {form!r}")
     return sq / (2 * var)
+
+
+class PairLoss(NamedTuple):
+    """The loss of (image, trained step) pairs and the parts the trainers log, each of the
+    log-probabilities' shape: the PPO term, the KL, whether the clip was active (0/1, float), and
+    their total ``policy_loss + β_KL·kl``."""
+
+    policy_loss: torch.Tensor
+    kl: torch.Tensor
+    clipped: torch.Tensor
+    loss: torch.Tensor
+
+
+def pair_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torch.Tensor, *,
+              clip_range: float, beta_kl: float = 0.0, mean: torch.Tensor | None = None,
+              ref_mean: torch.Tensor | None = None, std: torch.Tensor | None = None,
+              dt: torch.Tensor | None = None, kl_form: str = "exact") -> PairLoss:
+    """The per-step loss of METHOD.md §6 for every (image, step) pair: the PPO-clipped ratio times A_t
+    (:func:`ppo_terms`), plus ``β_KL·KL(p_θ ‖ p_ref)`` (:func:`gaussian_kl`) when β_KL > 0.
+
+    ``log_prob``, ``old_log_prob`` and ``advantage`` have one element per pair, any leading shape
+    (one run: [n]; the batched engine: [S, n]). The KL's inputs — the transition's mean under θ and
+    under the reference, its std and dt = σ_{t−1} − σ_t — are read only when β_KL > 0 (the caller
+    runs the reference then, and only then); its per-sample KL takes the pairs' shape. Both
+    trainers call this, so they train the same loss, float op for float op.
+    """
+    policy_loss, clipped = ppo_terms(log_prob, old_log_prob, advantage, clip_range)
+    if beta_kl > 0:
+        kl = gaussian_kl(mean, ref_mean, std, dt, kl_form).view_as(policy_loss)
+        return PairLoss(policy_loss, kl, clipped.float(), policy_loss + beta_kl * kl)
+    return PairLoss(policy_loss, torch.zeros_like(policy_loss), clipped.float(), policy_loss)

@@ -28,25 +28,23 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from recast_cli.artifacts import FolderLock, RunRecord, atomic_write_bytes, write_run
-from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.errors import BadInput
 from recast_cli.setting.prompts import prompt_stream
 from recast_cli.seeds import train_seeds, update_rng
-from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.loggers import start_loggers
 from recast_cli.train.metrics import MetricsLog, step_metrics
-from recast_cli.train.objective import gaussian_kl, group_advantages, ppo_terms, step_advantages
+from recast_cli.train.objective import PairLoss, group_advantages, pair_loss, step_advantages
 from recast_cli.train.params import Parameters
-from recast_cli.train.plan import Plan, check_fsdp, weights_key
-from recast_cli.train.sharding import clip_grad_norm, full_tensor, local_part, requested_fsdp, shard, shard_like
+from recast_cli.train.plan import Plan, check_fsdp
+from recast_cli.train.runfolder import RunFolder
+from recast_cli.train.sharding import clip_grad_norm, local_part, requested_fsdp, shard
 
 
 # ------------------------------------------------------------------ the trainer
@@ -63,20 +61,13 @@ class Batch:
     rewards: torch.Tensor  # [B, m] float64
 
 
-class RunLock(FolderLock):
-    """The run folder's lock, held while training: a second ``recast train`` on the same folder
-    gets one line and exit 2 instead of mixing its checkpoints and metrics into the first one's."""
-
-    def __init__(self, folder: Path):
-        super().__init__(folder, "another recast train")
-
-
 class Trainer:
     """The engine (policy, rewards, trained parameters, optimizer over one, DDP or FSDP processes) and,
     while open, the run it writes: ``with Trainer(plan) as trainer: trainer.train()``.
 
     Built, it has written nothing; opening takes the run folder's lock (rank 0), starts, restarts or
-    resumes the run, and closing releases the lock: the trainer owns it, in exactly those two places.
+    resumes the run, and closing releases the lock: the trainer's ``folder`` (``train.runfolder``)
+    owns it, taken and released in exactly those two places.
     ``iteration`` counts training iterations (a "step" of the metrics and checkpoints);
     ``trained_steps`` are the diffusion steps t the loss covers (the plan's).
     """
@@ -100,9 +91,9 @@ class Trainer:
         self.iteration = 0
         self.run = plan.run
         self.metrics: MetricsLog | None = None
-        self.lock: RunLock | None = None
         self.is_open = False
         self.build_engine(accelerator, policy, scorers)
+        self.folder = RunFolder(plan, T=self.T, processes=self.world, engine=self.engine)
 
     def build_engine(self, accelerator, policy, scorers) -> None:
         """The processes, the policy and rewards, the trained parameters (a resumed or ``--init`` adapter
@@ -167,12 +158,16 @@ class Trainer:
         continues from (every process)."""
         try:
             if self.rank == 0:
-                self._open_folder()
-                loggers = start_loggers(self.cfg.logger, self.run, self.cfg.wandb_project, self.config_record()) \
-                    if self.use_loggers else None
-                self.metrics = MetricsLog(self.run, self.config_record(), loggers)
-            if self.plan.resume_from is not None:
-                self._restore(self.plan.resume_from)
+                self.folder.open()
+                loggers = start_loggers(self.cfg.logger, self.run, self.cfg.wandb_project,
+                                        self.folder.config_record()) if self.use_loggers else None
+                self.metrics = MetricsLog(self.run, self.folder.config_record(), loggers)
+            if self.plan.resume_from is not None:  # the adapter was loaded by build_engine
+                self.iteration, self.ema = self.folder.restore(self.plan.resume_from, params=self.params,
+                                                               optimizer=self.optimizer, ema=self.ema)
+                if self.metrics is not None:
+                    self.metrics.resume(self.iteration)
+                    self.folder.clean_partial()
             if self.metrics is not None:
                 self.metrics.log_weights(self.iteration, self.W.numpy(), self.cfg.rewards, len(self.trained_steps))
         except BaseException:
@@ -186,9 +181,7 @@ class Trainer:
         self.is_open = False
         if self.metrics is not None:
             self.metrics.close()
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
+        self.folder.close()
 
     @property
     def engine(self) -> str:
@@ -314,25 +307,22 @@ class Trainer:
         out = self.policy.step(x, t, cond, self.plan.noise_level, prev_sample=prev)
         old = batch.log_probs[b, j].to(dev)
         A = adv_t[b, t - 1].to(dev, out.log_prob.dtype)
-        pg, clipped = ppo_terms(out.log_prob, old, A, self.cfg.clip_range)
-        loss = pg
-        kl = torch.zeros_like(pg)
-        if self.cfg.beta_kl > 0:
+        ref_mean = dt = None
+        if self.cfg.beta_kl > 0:  # the reference policy (adapter off)'s transition, for the KL term
             with torch.no_grad(), self.params.reference_policy(self.policy):
-                ref = self.policy.step(x, t, cond, self.plan.noise_level, prev_sample=prev)
+                ref_mean = self.policy.step(x, t, cond, self.plan.noise_level, prev_sample=prev).mean
             dt = (self.policy.sigmas[t - 1] - self.policy.sigmas[t]).to(dev)
-            kl = gaussian_kl(out.mean, ref.mean, out.std, dt, self.cfg.kl_form)
-            loss = pg + self.cfg.beta_kl * kl
-        parts = {"policy_loss": float(pg.detach().sum()), "kl": float(kl.detach().sum()),
-                 "clipped": float(clipped.float().sum()), "loss": float(loss.detach().sum())}
-        return loss.sum(), parts
+        terms = pair_loss(out.log_prob, old, A, clip_range=self.cfg.clip_range, beta_kl=self.cfg.beta_kl,
+                          mean=out.mean, ref_mean=ref_mean, std=out.std, dt=dt, kl_form=self.cfg.kl_form)
+        parts = {key: float(value.detach().sum()) for key, value in terms._asdict().items()}
+        return terms.loss.sum(), parts
 
     def update(self, batch: Batch, adv_t: torch.Tensor, step: int) -> dict[str, float]:
         """``updates_per_step`` optimizer steps over this iteration's (image, trained step) pairs."""
         cfg = self.cfg
         pairs = np.array([(b, t) for b in range(len(batch.prompts)) for t in self.trained_steps], dtype=np.int64)
         pairs = pairs[update_rng(cfg.seed, step).permutation(len(pairs))]
-        totals = {"policy_loss": 0.0, "kl": 0.0, "clipped": 0.0, "loss": 0.0}
+        totals = dict.fromkeys(PairLoss._fields, 0.0)
         grad_norm = 0.0
         model = self.policy.denoiser
         for chunk in np.array_split(pairs, cfg.updates_per_step):
@@ -404,93 +394,9 @@ class Trainer:
         per = self.cfg.prompts_per_step // self.world
         return range(self.rank * per, (self.rank + 1) * per)
 
-    # ------------------------------------------------------------------ run folder
-
-    def config_record(self) -> dict[str, Any]:
-        p = self.plan
-        return {"setting": str(p.setting.file), "weights": p.weights_source, "mode": p.weights.mode,
-                "weights_key": weights_key(p.weights), "train": {k: v for k, v in asdict(self.cfg).items()},
-                "noise_level": p.noise_level, "T": self.T, "trained_steps": self.trained_steps,
-                "init": str(p.init_from) if p.init_from else None, "processes": self.world,
-                "engine": self.engine}
-
-    def _open_folder(self) -> None:
-        """Rank 0: the run folder, locked. A new one is started whole, then locked; an existing one is
-        locked, then restarted in place unless a checkpoint of it is resumed."""
-        existing = (self.run / "run.json").is_file()
-        if not existing:
-            self._start_run()
-        self.lock = RunLock(self.run)  # the one place the lock is taken; close() releases it
-        if existing and self.plan.resume_from is None:  # a run of this configuration that never saved a checkpoint
-            ckpt.clean_partial(self.run)  # a save killed mid-way left its temporary folder
-            self._write_start(self.run)
-
-    def _start_run(self) -> None:
-        """Write weights.safetensors, config.toml and run.json. A new run folder appears whole: the
-        files are written into a temporary sibling that is renamed into place (onto a missing or
-        empty --out), so a folder either holds run.json or does not exist; a second process
-        starting the same --out loses the rename and stops with one line."""
-        import shutil
-
-        run = self.run
-        run.parent.mkdir(parents=True, exist_ok=True)
-        staging = run.parent / f".{run.name}.starting-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        self._write_start(staging)
-        try:
-            os.rename(staging, run)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise BadInput(f"{run} was started by another process meanwhile; choose another --out") from None
-
-    def _write_start(self, run: Path) -> None:
-        from recast_cli.artifacts import write_weights
-
-        sources = [self.plan.setting.file] + ([self.plan.weights_source] if self.plan.weights_source != "static" else [])
-        write_weights(run / "weights.safetensors", self.plan.weights,
-                      config={"copied_from": self.plan.weights_source}, sources=sources)
-        atomic_write_bytes(run / "config.toml", self.cfg.to_toml().encode())
-        record = RunRecord(rewards=tuple(self.cfg.rewards), lam=tuple(self.cfg.lam), mode=self.plan.weights.mode,
-                           sigmas=tuple(float(s) for s in self.plan.weights.sigmas))
-        write_run(run, record, config={**self.config_record(), "run_key": self.cfg.run_key(),
-                                       MADE_FROM: self.plan.made_from}, sources=sources)
-
-    def _restore(self, folder: Path) -> None:
-        """Continue from a checkpoint whose adapter :meth:`build_engine` loaded: optimizer, EMA, RNG, iteration."""
-        tensors, state = ckpt.read_checkpoint(folder)
-        ckpt.load_optimizer(self.optimizer, tensors, state["optimizer"], self.params.names, str(folder))
-        if self.ema is not None:
-            live = dict(self.params.named)
-            self.ema = {name: shard_like(tensors[f"ema/{name}"], live[name]).clone() for name in self.ema}
-        ckpt.restore_rng(tensors)
-        self.iteration = int(state["step"])
-        if self.metrics is not None:
-            self.metrics.resume(self.iteration)
-            ckpt.clean_partial(self.run)
+    # ------------------------------------------------------------------ checkpoints
 
     def save(self) -> Path | None:
-        """Write a checkpoint (rank 0). Every process gathers first: under FSDP each holds shards."""
-        adapter = self.params.state()
-        ema = {n: full_tensor(v) for n, v in self.ema.items()} if self.ema is not None else None  # gathered once
-        ema_state = self.params.state(ema) if ema is not None else None
-        tensors, meta = ckpt.optimizer_tensors(self.optimizer, self.params.names)
-        if ema is not None:
-            tensors.update({f"ema/{n}": v for n, v in ema.items()})
-        if self.rank != 0:
-            return None
-        tensors.update(ckpt.rng_tensors())
-        state = {"schema": ckpt.CHECKPOINT_SCHEMA, "step": self.iteration, "run_key": self.cfg.run_key(),
-                 MADE_FROM: self.plan.made_from,  # the policy and world trained: a resume checks them
-                 "weights_key": weights_key(self.plan.weights), "weights": self.plan.weights_source,
-                 "mode": self.plan.weights.mode, "data_position": self.iteration * self.cfg.prompts_per_step,
-                 "lr_schedule": {"kind": self.cfg.lr_schedule, "warmup_steps": self.cfg.warmup_steps,
-                                 "base_lr": self.cfg.learning_rate, "step": self.iteration},
-                 "optimizer": meta, "seed": self.cfg.seed, "processes": self.world, "engine": self.engine}
-
-        def write_files(folder: Path) -> None:
-            self.params.save(folder / "adapter", adapter)
-            if ema_state is not None:
-                self.params.save(folder / "adapter_ema", ema_state)
-
-        return ckpt.save_checkpoint(self.run, self.iteration, write_files, tensors, state, self.cfg.keep_checkpoints)
+        """Write a checkpoint of the current iteration (rank 0; every process gathers first)."""
+        return self.folder.save(self.iteration, params=self.params, optimizer=self.optimizer, ema=self.ema,
+                                rank=self.rank)

@@ -9,7 +9,7 @@ from scipy.stats import kstest, ks_2samp
 
 from recast_cli.artifacts import read_positives
 from recast_cli.errors import BadInput
-from recast_cli.policy.gmm1d import BETA, positive_cdf, reward_value, sample_old, sample_positive
+from recast_cli.policy.world1d import DEFAULT_WORLD
 from recast_cli.positives.sir import effective_sample_size, sir_resample, tilt_weights
 from tests.positives.common import assert_one_line_exit_2, recast
 
@@ -17,17 +17,18 @@ POOL, N = 20_000, 3_000
 
 
 def resampled(reward: str, beta: float, standardise: bool, seed: int = 0) -> np.ndarray:
-    pool = sample_old(POOL, seed)
-    picks = sir_resample(reward_value(reward, pool), N, beta, np.random.default_rng(seed + 1), standardise)
+    pool = DEFAULT_WORLD.sample_old(POOL, seed)
+    rewards = DEFAULT_WORLD.reward_value(reward, pool)
+    picks = sir_resample(rewards, N, beta, np.random.default_rng(seed + 1), standardise)
     return pool[picks]
 
 
 @pytest.mark.parametrize("reward", ["coarse", "mid", "fine"])
 def test_raw_tilt_resampling_matches_exact_positive_samples(reward):
-    x = resampled(reward, BETA, standardise=False)
-    assert ks_2samp(x, sample_positive(reward, N, seed=5)).pvalue > 0.01
-    assert kstest(x, lambda v: positive_cdf(reward, v)).pvalue > 0.01
-    share = reward_value(reward, x).mean()  # π⁺ puts e²/(1 + e²) of its mass on r = 1
+    x = resampled(reward, DEFAULT_WORLD.beta, standardise=False)
+    assert ks_2samp(x, DEFAULT_WORLD.sample_positive(reward, N, seed=5)).pvalue > 0.01
+    assert kstest(x, lambda v: DEFAULT_WORLD.positive_cdf(reward, v)).pvalue > 0.01
+    share = DEFAULT_WORLD.reward_value(reward, x).mean()  # π⁺ puts e²/(1 + e²) of its mass on r = 1
     assert abs(share - np.exp(2) / (1 + np.exp(2))) < 4 * np.sqrt(0.12 * 0.88 / N)
 
 
@@ -35,13 +36,13 @@ def test_raw_tilt_resampling_matches_exact_positive_samples(reward):
 def test_standardised_tilt_at_beta_one_is_the_raw_tilt_at_one_half(reward):
     # P(r = 1) = 1/2 under π^old, so std r = 1/2 and exp(r̃/1) ∝ exp(r/0.5).
     x = resampled(reward, 1.0, standardise=True, seed=11)
-    assert kstest(x, lambda v: positive_cdf(reward, v)).pvalue > 0.01
+    assert kstest(x, lambda v: DEFAULT_WORLD.positive_cdf(reward, v)).pvalue > 0.01
 
 
 @pytest.mark.parametrize("reward", ["coarse", "mid"])
 def test_uniform_resampling_is_told_apart_from_positive_samples(reward):
     x = resampled(reward, 1e9, standardise=False)  # no tilt: π^old, not π⁺
-    assert kstest(x, lambda v: positive_cdf(reward, v)).pvalue < 1e-6
+    assert kstest(x, lambda v: DEFAULT_WORLD.positive_cdf(reward, v)).pvalue < 1e-6
 
 
 def test_weights_are_the_normalised_tilt():

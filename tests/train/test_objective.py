@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from recast_cli.train.config import skip_clean_of, trained_steps
-from recast_cli.train.objective import ADV_EPS, gaussian_kl, group_advantages, ppo_terms, step_advantages
+from recast_cli.train.objective import ADV_EPS, gaussian_kl, group_advantages, pair_loss, ppo_terms, step_advantages
 
 
 def _rewards(groups: int, G: int, m: int, seed: int = 0) -> np.ndarray:
@@ -149,6 +149,27 @@ def test_flowgrpo_kl_omits_the_dt_factor():
     assert torch.equal(gaussian_kl(mean, mean, std, dt), torch.zeros(3, dtype=torch.float64))
     with pytest.raises(ValueError):
         gaussian_kl(mean, ref, std, dt, "nosuchform")
+
+
+def test_pair_loss_is_the_ppo_term_plus_beta_kl_times_the_kl_on_any_leading_shape():
+    """One run's pairs [n] and a stack of seeds' [S, n] give the same per-pair terms; β_KL = 0 reads no KL input."""
+    gen = torch.Generator().manual_seed(4)
+    S, n, beta = 3, 5, 0.05
+    lp, old, A = (0.3 * torch.randn(S, n, generator=gen, dtype=torch.float64) for _ in range(3))
+    mean = torch.randn(S * n, 1, generator=gen, dtype=torch.float64)
+    ref = mean + 0.1 * torch.randn(S * n, 1, generator=gen, dtype=torch.float64)
+    dt = -torch.rand(S * n, generator=gen, dtype=torch.float64) * 0.2
+    std = 0.7 * torch.sqrt(-dt)
+    stacked = pair_loss(lp, old, A, clip_range=0.2, beta_kl=beta, mean=mean, ref_mean=ref, std=std, dt=dt)
+    pg, clipped = ppo_terms(lp, old, A, 0.2)
+    kl = gaussian_kl(mean, ref, std, dt).view(S, n)
+    assert torch.equal(stacked.policy_loss, pg) and torch.equal(stacked.kl, kl)
+    assert torch.equal(stacked.clipped, clipped.float()) and torch.equal(stacked.loss, pg + beta * kl)
+    flat = pair_loss(lp.reshape(-1), old.reshape(-1), A.reshape(-1), clip_range=0.2, beta_kl=beta, mean=mean,
+                     ref_mean=ref, std=std, dt=dt)
+    assert all(torch.equal(a.reshape(S, n), b) for a, b in zip(flat, stacked))
+    plain = pair_loss(lp, old, A, clip_range=0.2)
+    assert torch.equal(plain.loss, pg) and torch.equal(plain.kl, torch.zeros_like(pg))
 
 
 def test_trained_steps_default_to_all_but_the_cleanest_noisiest_first():

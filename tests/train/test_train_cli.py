@@ -289,7 +289,7 @@ def test_a_new_run_needs_a_new_or_empty_folder(train_setting, tmp_path):
 
 
 def test_one_writer_per_run_folder(train_setting, static_run, tmp_path):
-    from recast_cli.train.trainer import RunLock
+    from recast_cli.train.runfolder import RunLock
 
     run = _copy_run(static_run, tmp_path / "run")
     before = snapshot(run)

@@ -24,7 +24,8 @@ from recast_cli.train.metrics import TIMING_COLUMNS, read_metrics
 from recast_cli.train.objective import group_advantages, step_advantages
 from recast_cli.train.params import LORA_FILE
 from recast_cli.train.plan import plan_run, static_run_weights
-from recast_cli.train.trainer import RunLock, Trainer
+from recast_cli.train.runfolder import RunLock
+from recast_cli.train.trainer import Trainer
 
 # Losses and gradients of two mathematically identical advantage tensors: the model runs in
 # float32, so agreement is demanded to float32 round-off (in practice they are bit-equal).

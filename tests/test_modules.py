@@ -101,3 +101,22 @@ def test_the_cli_package_scan_covers_the_command_modules():
     commands = [m for m in modules() if COMMAND_MODULES.match(m)]
     assert {"recast_cli.cli", "recast_cli.setting.commands", "recast_cli.train.commands"} <= set(commands)
     assert PACKAGE.name == "recast_cli"
+
+
+def test_every_allowance_is_used():
+    """The table is the truth both ways: an allowance no module of its row uses is stale and goes."""
+    known, rows, graph = modules(), doc_rows(), import_graph()
+    used: dict[str, set[str]] = {row: set() for row in rows}
+    for module, edges in graph.items():
+        row = row_of(module, rows)
+        if row is not None:
+            used[row] |= set(edges)
+    groups: dict[frozenset[str], set[str]] = {}  # rows written as one (`a`, `b` | ... | allowed): their union
+    for row, allowed in rows.items():
+        groups.setdefault(frozenset(allowed), set()).add(row)
+    stale = []
+    for row, allowed in sorted(rows.items()):
+        union = set().union(*(used[r] for r in groups[frozenset(allowed)]))
+        stale += [f"{row} → {a}" for a in sorted(allowed)
+                  if not any(t == a or t.startswith(a + ".") for t in union)]
+    assert not stale, "allowances in docs/modules.md that no import uses:\n  " + "\n  ".join(stale)

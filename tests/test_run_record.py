@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from recast_cli.artifacts import (
+    CHECKPOINT_SCHEMA,
     RUN_SCHEMA,
     RunRecord,
     RunRecordError,
@@ -19,6 +21,8 @@ from recast_cli.artifacts import (
     step_dir,
     write_run,
 )
+from recast_cli.artifacts.run import RunCheckpoint, find_checkpoint, run_checkpoint
+from recast_cli.errors import BadInput
 from tests.test_cli import recast
 
 RECORD = RunRecord(rewards=("toy_color", "toy_shape"), lam=(1, 2.5), mode="recast", sigmas=(1.0, 0.5, 0.0))
@@ -106,6 +110,50 @@ def test_checkpoints_are_listed_complete_and_oldest_first_without_torch(tmp_path
     probe = subprocess.run([sys.executable, "-c", "import sys, recast_cli.artifacts.run; print('torch' in sys.modules)"],
                            capture_output=True, text=True, check=True)
     assert probe.stdout.strip() == "False"
+
+
+def fake_checkpoint(run: Path, step: int) -> Path:
+    """A complete checkpoint folder laid out as ``save_checkpoint`` lays it out (bytes stand in for tensors)."""
+    folder = step_dir(run, step)
+    (folder / "adapter").mkdir(parents=True)
+    files = {"adapter/pytorch_lora_weights.safetensors": b"lora", "state.safetensors": b"state", "state.json": b"{}"}
+    for rel, data in files.items():
+        (folder / rel).write_bytes(data)
+    digests = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+    (folder / "manifest.json").write_text(json.dumps({"schema": CHECKPOINT_SCHEMA, "step": step, "files": digests}))
+    return folder
+
+
+def test_one_resolver_names_a_runs_checkpoint_verified_under_its_setting_without_torch(tmp_path):
+    setting = tmp_path / "toy.toml"
+    setting.write_text("[policy]\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    write_run(run, RECORD, config={**CONFIG, "setting": str(setting)})
+    with pytest.raises(BadInput, match=r"^--run R: the run has no complete checkpoint yet$"):
+        run_checkpoint(run, "--run R")
+    first, last = fake_checkpoint(run, 1), fake_checkpoint(run, 2)
+    found = run_checkpoint(run, "--run R")
+    assert (found.folder, found.step, found.run, found.record.setting) == (last, 2, run, str(setting))
+    assert run_checkpoint(run, "--run R", step=1).folder == first
+    with pytest.raises(BadInput, match=r"^--run R: no checkpoint of step 7 \(it has 1, 2\)$"):
+        run_checkpoint(run, "--run R", step=7)
+    # a run folder, or one of its checkpoint folders; anything else is the caller's to word
+    assert find_checkpoint(run, "--policy R") == found
+    assert find_checkpoint(first, "--policy R") == RunCheckpoint(first, 1, run, found.record)
+    assert find_checkpoint(first / "adapter", "--policy R") is None and find_checkpoint(tmp_path / "x", "-") is None
+    setting.unlink()
+    with pytest.raises(BadInput, match=r"^--policy R: the run's setting .*toy.toml \(from .*run.json\) is not there$"):
+        find_checkpoint(first, "--policy R")
+    # without its record (a LoRA to apply, --init): a run is its checkpoints/, a checkpoint any folder with a manifest
+    (run / "run.json").unlink()
+    with pytest.raises(BadInput, match=r"^--policy R: not a recast train run folder \(no run.json\)$"):
+        find_checkpoint(run, "--policy R")
+    assert find_checkpoint(run, "--init R", record=False) == RunCheckpoint(last, 2, run)
+    (first / "state.json").write_bytes(b"{ }")
+    with pytest.raises(BadInput, match="is corrupt: state.json does not match its sha256 in manifest.json"):
+        find_checkpoint(first, "--init R", record=False)
+    assert find_checkpoint(first, "--init R", record=False, verify=False) == RunCheckpoint(first, 1)
 
 
 def test_inspect_shows_a_written_run_folder(tmp_path):

@@ -4,7 +4,12 @@
 trainer's resolved configuration, ``sources`` the setting and the W file), ``rewards``,
 ``lambda``, ``mode`` (the W's) and ``sigmas`` (W's grid, σ_T … σ_0). ``RUN/checkpoints/step-NNNNNN/``
 are its checkpoints (``recast.checkpoint/1``), complete once their ``manifest.json`` is in place;
-saving and verifying one needs torch (train/checkpoint.py), listing them does not.
+saving and loading one needs torch (train/checkpoint.py), listing and verifying them does not.
+
+A run or checkpoint folder named on the command line (``recast evaluate --run``, ``recast estimate
+--policy``, ``recast train --init``, a LoRA to apply) is resolved here, once: which checkpoint
+(:func:`run_checkpoint`, :func:`find_checkpoint`), verified against its manifest
+(:func:`verify_checkpoint`), with the run's record and the setting it names (:func:`run_record`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes
+from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes, sha256_file
 from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.weights import MODES
 from recast_cli.errors import BadInput
@@ -26,6 +31,9 @@ from recast_cli.errors import BadInput
 RUN_SCHEMA = "recast.run/1"
 CHECKPOINT_SCHEMA = "recast.checkpoint/1"
 RECORD_NAME = "run.json"
+MANIFEST_NAME = "manifest.json"
+#: a run's checkpoints, ``RUN/checkpoints/step-NNNNNN/``
+CHECKPOINTS = "checkpoints"
 #: a checkpoint's ``adapter/`` holds the LoRA in diffusers' file name, or the full network's weights
 LORA_FILE = "pytorch_lora_weights.safetensors"
 FULL_FILE = "diffusion_pytorch_model.safetensors"
@@ -138,18 +146,18 @@ def _finite_number(x: Any) -> bool:
 
 
 def step_dir(run: Path, step: int) -> Path:
-    return run / "checkpoints" / f"step-{step:06d}"
+    return run / CHECKPOINTS / f"step-{step:06d}"
 
 
 def list_checkpoints(run: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints (a manifest present), oldest first."""
-    root = run / "checkpoints"
+    root = run / CHECKPOINTS
     if not root.is_dir():
         return []
     found = []
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
-        if match and (child / "manifest.json").is_file():
+        if match and (child / MANIFEST_NAME).is_file():
             found.append((int(match[1]), child))
     return sorted(found)
 
@@ -157,3 +165,109 @@ def list_checkpoints(run: Path) -> list[tuple[int, Path]]:
 def latest_checkpoint(run: Path) -> Path | None:
     found = list_checkpoints(run)
     return found[-1][1] if found else None
+
+
+def verify_checkpoint(folder: Path) -> dict[str, Any]:
+    """Check a checkpoint folder against its manifest and return the manifest: the schema, every listed
+    file present with its sha256, the state files listed. Torch-free (loading is ``train/checkpoint``'s).
+
+    BadInput names the problem: not a checkpoint, another schema, a file missing or changed.
+    """
+    manifest_path = folder / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise BadInput(f"{folder} is not a recast checkpoint (no {MANIFEST_NAME})")
+    try:
+        manifest = json_loads(manifest_path.read_text(), str(manifest_path))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadInput(f"{manifest_path} is corrupt (not JSON)") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != CHECKPOINT_SCHEMA:
+        raise BadInput(f"{folder}: schema {manifest.get('schema') if isinstance(manifest, dict) else None!r}, "
+                       f"expected {CHECKPOINT_SCHEMA}")
+    for rel, digest in sorted(manifest.get("files", {}).items()):
+        path = folder / rel
+        if not path.is_file():
+            raise BadInput(f"checkpoint {folder} is corrupt: {rel} is missing")
+        if sha256_file(path) != digest:
+            raise BadInput(f"checkpoint {folder} is corrupt: {rel} does not match its sha256 in {MANIFEST_NAME}")
+    for required in ("state.safetensors", "state.json"):
+        if required not in manifest.get("files", {}):
+            raise BadInput(f"checkpoint {folder} is corrupt: the manifest lists no {required}")
+    return manifest
+
+
+# --------------------------------------------------------------------------- a run or checkpoint a flag names
+
+
+@dataclass(frozen=True)
+class RunCheckpoint:
+    """A checkpoint as a command was given it: its folder and step, and the run it belongs to.
+
+    ``step`` is None for a checkpoint folder named directly under another name than ``step-N``;
+    ``record`` (the run's ``run.json``) is None where it was not asked for (a LoRA to apply,
+    ``--init``: the weights alone matter there), and so is ``run`` for a checkpoint folder named so.
+    """
+
+    folder: Path
+    step: int | None
+    run: Path | None = None
+    record: RunRecord | None = None
+
+
+def run_record(run: Path, where: str) -> RunRecord:
+    """The record of the run folder ``run`` (``read_run``), whose setting file must be there: a run is
+    measured under the setting it trained. BadInput worded for ``where`` (the flag and its value)."""
+    try:
+        record = read_run(run)
+    except RunRecordError as exc:
+        if exc.problem == "missing":
+            raise BadInput(f"{where}: not a recast train run folder (no {RECORD_NAME})") from None
+        raise
+    if not Path(record.setting).is_file():
+        raise BadInput(f"{where}: the run's setting {record.setting} (from {run / RECORD_NAME}) is not there")
+    return record
+
+
+def run_checkpoint(run: Path, where: str, *, step: int | None = None, record: bool = True,
+                   verify: bool = True) -> RunCheckpoint:
+    """The complete checkpoint of step ``step`` (the latest when None) of the run folder ``run``.
+
+    With ``record`` the run's ``run.json`` is read first (:func:`run_record`); with ``verify`` the
+    checkpoint is checked against its manifest (:func:`verify_checkpoint`): a corrupt or partial
+    checkpoint is named before any work. BadInput worded for ``where`` (the flag and its value).
+    """
+    recorded = run_record(run, where) if record else None
+    found = dict(list_checkpoints(run))
+    if not found:
+        raise BadInput(f"{where}: the run has no complete checkpoint yet")
+    if step is None:
+        step = max(found)
+    elif step not in found:
+        raise BadInput(f"{where}: no checkpoint of step {step} (it has {', '.join(str(s) for s in sorted(found))})")
+    if verify:
+        verify_checkpoint(found[step])
+    return RunCheckpoint(found[step], step, run, recorded)
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A ``recast train`` run folder: its ``run.json`` or its ``checkpoints/`` is there."""
+    return (folder / RECORD_NAME).is_file() or (folder / CHECKPOINTS).is_dir()
+
+
+def find_checkpoint(path: str | os.PathLike[str], where: str, *, record: bool = True,
+                    verify: bool = True) -> RunCheckpoint | None:
+    """The checkpoint a folder names: a run folder's latest complete checkpoint (:func:`run_checkpoint`),
+    or a checkpoint folder itself (its ``manifest.json``; with ``record``, one inside its run,
+    ``RUN/checkpoints/step-N``, whose record is read). None for any other path: the caller says what
+    else it takes. ``record`` and ``verify`` as for :func:`run_checkpoint`.
+    """
+    folder = Path(path)
+    if is_run_folder(folder):
+        return run_checkpoint(folder, where, record=record, verify=verify)
+    run = folder.parent.parent
+    if not (folder / MANIFEST_NAME).is_file() or (record and not (run / RECORD_NAME).is_file()):
+        return None
+    recorded = run_record(run, where) if record else None
+    if verify:
+        verify_checkpoint(folder)
+    match = _STEP_DIR.match(folder.name)
+    return RunCheckpoint(folder, int(match[1]) if match else None, run if record else None, recorded)

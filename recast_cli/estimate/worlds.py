@@ -18,16 +18,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from recast_cli.artifacts import RunRecordError, Source, read_run
+from recast_cli.artifacts import Source
+from recast_cli.artifacts.run import find_checkpoint
 from recast_cli.errors import BadInput
 from recast_cli.estimate.config import EstimateConfig
 from recast_cli.setting.prompts import read_prompt_file
 from recast_cli.seeds import analytic_positive_seed, renderer_seeds, sir_draw_seeds, sir_rng
 
 
-
 @dataclass
 class World:
+    """What an estimate measures in: the policy, its scorers, the prompts (their ids as the tables
+    record them), the positives (or π^old-sampling), and what the tables record of policy, positives
+    and sources. Built with keywords by one builder per world."""
+
     policy: Any
     scorers: list
     prompts: list[str]
@@ -36,7 +40,7 @@ class World:
     policy_info: dict
     positives_info: dict
     sources: list[Source]
-    is_analytic: bool  # an analytic world (gmm1d, or flow1d): raw rewards, β = 0.5, a linear grid
+    is_analytic: bool  # an analytic world (gmm1d, or flow1d): raw rewards, its World1D.beta, its World1D.grid
     positive_sets: int = 1  # 1: one set serves every reward; m: one set per reward
 
 
@@ -91,7 +95,6 @@ def _gmm1d_world(cfg: EstimateConfig, world, setting=None) -> World:
     """The exact analytic world (``--policy gmm1d``, or a gmm1d setting with its ``[world]``): exact π⁺
     draws per reward, P replicates of one "prompt"."""
     from recast_cli.policy.gmm1d import GMM1DPolicy, GMM1DReward
-    from recast_cli.policy.world1d import BETA
 
     for r in cfg.rewards:
         world.check_reward(r)
@@ -104,7 +107,7 @@ def _gmm1d_world(cfg: EstimateConfig, world, setting=None) -> World:
     def positives(p: int) -> list[torch.Tensor]:
         # one exact π⁺ set per reward, seeded by (run seed, prompt, reward)
         return [torch.from_numpy(world.sample_positive(r, cfg.N, seed=analytic_positive_seed(cfg.seed, p, i),
-                                                       beta=BETA)).view(-1, 1)
+                                                       beta=world.beta)).view(-1, 1)
                 for i, r in enumerate(cfg.rewards)]
 
     info: dict[str, Any] = {"name": "gmm1d", "steps": cfg.steps}
@@ -112,10 +115,11 @@ def _gmm1d_world(cfg: EstimateConfig, world, setting=None) -> World:
     if setting is not None:
         info["setting"] = str(setting.file)
         sources.append(Source.of(setting.file))
-    return World(policy, [GMM1DReward(r, world) for r in cfg.rewards], prompts, list(range(P)),
-                 positives if cfg.sampling == "pplus" else None,
-                 info, {"source": "exact"} if cfg.sampling == "pplus" else {},
-                 sources, True, len(cfg.rewards) if cfg.sampling == "pplus" else 1)
+    pplus = cfg.sampling == "pplus"
+    return World(policy=policy, scorers=[GMM1DReward(r, world) for r in cfg.rewards], prompts=prompts,
+                 prompt_ids=list(range(P)), positives=positives if pplus else None, policy_info=info,
+                 positives_info={"source": "exact"} if pplus else {}, sources=sources, is_analytic=True,
+                 positive_sets=len(cfg.rewards) if pplus else 1)
 
 
 def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
@@ -199,8 +203,10 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
     policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": spec.model_name(),
                    "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
                    "weights_sha256": _weights_hash(spec.folder()), **lora_info}
-    return World(policy, scorers, prompts, prompt_ids, positives if cfg.sampling == "pplus" else None,
-                 policy_info, positives_info, sources, False, len(reward_sets) if cfg.sampling == "pplus" else 1)
+    pplus = cfg.sampling == "pplus"
+    return World(policy=policy, scorers=scorers, prompts=prompts, prompt_ids=prompt_ids,
+                 positives=positives if pplus else None, policy_info=policy_info, positives_info=positives_info,
+                 sources=sources, is_analytic=False, positive_sets=len(reward_sets) if pplus else 1)
 
 
 #: flow1d at a trained checkpoint: π⁺ by resampling this many of the policy's own draws per positive
@@ -210,14 +216,14 @@ SIR_DRAWS_PER_POSITIVE = 64
 def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World:
     """The trainable analytic world: the setting's flow1d policy (a checkpoint's residual loaded).
 
-    π⁺ = π^old·exp(r/β) with the raw reward and β = 0.5, as in gmm1d. At the base policy
-    (residual zero, π^old exact) the positives are exact π⁺ draws (``World1D.sample_positive``). At a
+    π⁺ = π^old·exp(r/β) with the raw reward and the world's β (``World1D.beta``), as in gmm1d. At
+    the base policy (residual zero, π^old exact) the positives are exact π⁺ draws
+    (``World1D.sample_positive``). At a
     trained checkpoint π^old is the trained sampler's law, which has no closed form: each
     reward's N positives are resampled (SIR, E2) from ``SIR_DRAWS_PER_POSITIVE``·N of the
     policy's own SDE draws, with probability ∝ exp(r/β) — exact as the draws grow.
     """
     from recast_cli.policy.gmm1d import GMM1DReward
-    from recast_cli.policy.world1d import BETA
     from recast_cli.setting.load import analytic_world, build_policy
 
     world = analytic_world(setting.policy)
@@ -240,7 +246,7 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
         info.update(checkpoint=str(checkpoint), adapter=str(weights), adapter_sha256=source.sha256)
     P = cfg.P or 4
     prompts = [f"flow1d-{p}" for p in range(P)]
-    beta = BETA
+    beta = world.beta
 
     def positives(p: int) -> list[torch.Tensor]:
         if checkpoint is None:  # the exact π^old: exact π⁺ draws, one set per reward
@@ -261,10 +267,11 @@ def _flow1d_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> Worl
 
     positives_info = ({"source": "exact"} if checkpoint is None else
                       {"source": "sir", "draws_per_positive": SIR_DRAWS_PER_POSITIVE, "beta": beta})
-    return World(policy, [GMM1DReward(r, world) for r in cfg.rewards], prompts, list(range(P)),
-                 positives if cfg.sampling == "pplus" else None, info,
-                 positives_info if cfg.sampling == "pplus" else {}, sources, True,
-                 len(cfg.rewards) if cfg.sampling == "pplus" else 1)
+    pplus = cfg.sampling == "pplus"
+    return World(policy=policy, scorers=[GMM1DReward(r, world) for r in cfg.rewards], prompts=prompts,
+                 prompt_ids=list(range(P)), positives=positives if pplus else None, policy_info=info,
+                 positives_info=positives_info if pplus else {}, sources=sources, is_analytic=True,
+                 positive_sets=len(cfg.rewards) if pplus else 1)
 
 
 def _positive_image(path: Path, policy):
@@ -295,34 +302,18 @@ def _check_positive_images(pos, prompt_ids: Sequence[int], reward_sets: Sequence
 def resolve_policy(text: str) -> tuple[str, Path | None]:
     """``--policy`` → (setting name or path, checkpoint folder or None).
 
-    A folder is a ``recast train`` run (``run.json``: its latest complete checkpoint) or one of
-    its checkpoints (``RUN/checkpoints/step-N``); the setting is the one the run trained.
-    Anything else is a setting name or a .toml path, for ``load_setting`` to judge.
+    A folder is a ``recast train`` run (its latest complete checkpoint) or one of its checkpoints
+    (``RUN/checkpoints/step-N``), verified, and the setting is the one the run trained
+    (``artifacts.run.find_checkpoint``). Anything else is a setting name or a .toml path, for
+    ``load_setting`` to judge.
     """
-    from recast_cli.train.checkpoint import latest_checkpoint, read_checkpoint
-
-    path = Path(text)
-    if not path.is_dir():
+    if not Path(text).is_dir():
         return text, None
-    if (path / "run.json").is_file():
-        run, checkpoint = path, latest_checkpoint(path)
-        if checkpoint is None:
-            raise BadInput(f"--policy {text}: the run has no complete checkpoint yet")
-    elif (path / "manifest.json").is_file() and (path.parent.parent / "run.json").is_file():
-        run, checkpoint = path.parent.parent, path
-    else:
+    found = find_checkpoint(text, f"--policy {text}")
+    if found is None:
         raise BadInput(f"--policy {text}: a folder that is neither a recast train run (no run.json) nor one of its "
                        "checkpoints (RUN/checkpoints/step-N); a setting is a name or a .toml file")
-    read_checkpoint(checkpoint)  # the manifest's sha256s: a corrupt or partial checkpoint is named here
-    try:
-        setting = read_run(run).setting
-    except RunRecordError as exc:
-        if exc.problem in ("json", "object", "config", "setting"):
-            raise BadInput(f"{exc.path} names no setting (config.setting)") from None
-        raise
-    if not Path(setting).is_file():
-        raise BadInput(f"--policy {text}: the run's setting {setting} (from {run / 'run.json'}) is not there")
-    return str(setting), checkpoint
+    return str(found.record.setting), found.folder
 
 
 def _prompts_file(path: str | None) -> tuple[list[str], list[int]]:
@@ -343,5 +334,3 @@ def _weights_hash(folder: Path | None) -> str | None:
         digest.update(f"{path.relative_to(folder)}:{sha256_file(path)}".encode())
     return digest.hexdigest()
 
-
-# ------------------------------------------------------------------ the run

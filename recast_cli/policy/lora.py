@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recast_cli.artifacts.run import LORA_FILE, latest_checkpoint
+from recast_cli.artifacts.run import LORA_FILE, find_checkpoint
 from recast_cli.errors import BadInput
 
 #: diffusers' safetensors metadata key for the LoraConfig of a LoRA file (``diffusers.loaders.lora_base``)
@@ -60,16 +60,15 @@ def trained_parameters(transformer, rank: int, targets: tuple[str, ...]) -> int:
 
 
 def resolve_adapter(checkpoint: str | Path) -> Path:
-    """The adapter file of a run folder (its latest checkpoint), a checkpoint folder or the file itself."""
+    """The adapter file of a run folder (its latest checkpoint), a checkpoint folder, its ``adapter/``
+    or the file itself. The checkpoint is found by ``artifacts.run.find_checkpoint``, not verified:
+    ``recast evaluate`` and ``recast estimate`` verified it when they resolved it."""
     p = Path(checkpoint)
     if p.is_file():
         return p
-    if (p / "checkpoints").is_dir():
-        latest = latest_checkpoint(p)
-        if latest is None:
-            raise BadInput(f"run {p} has no complete checkpoint yet")
-        p = latest
-    for candidate in (p / "adapter" / LORA_FILE, p / LORA_FILE):
+    found = find_checkpoint(p, str(p), record=False, verify=False)
+    folder = found.folder if found is not None else p
+    for candidate in (folder / "adapter" / LORA_FILE, folder / LORA_FILE):
         if candidate.is_file():
             return candidate
     raise BadInput(f"{checkpoint}: no LoRA adapter ({LORA_FILE}) found (a run folder, a checkpoint folder or the file)")

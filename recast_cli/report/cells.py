@@ -25,8 +25,8 @@ import numpy as np
 from recast_cli.artifacts import CELL_SCHEMA, CellTable, artifact_schema, read_cell
 from recast_cli.errors import BadInput
 from recast_cli.report.build import Report
-from recast_cli.report.inputs import budget_label, holds_schema
-from recast_cli.report.statistics import Contrast, primary, secondary
+from recast_cli.report.inputs import Budget, budget_label, holds_schema
+from recast_cli.report.statistics import contrasts, primary, secondary
 from recast_cli.report.tables import fixed, markdown_table, table_contrasts
 
 ENDPOINTS = "endpoints.csv"
@@ -91,7 +91,7 @@ def build_cell_report(cells: Sequence[CellTable]) -> tuple[Report, bytes]:
                                f"{fixed(np.std(v, ddof=1), 4) if len(v) > 1 else '—'} (n = {len(v)})")
                 rows.append(row)
             parts.append(markdown_table(["λ", *arms], rows))
-            items = contrasts(values, arms, budgets, g, index)
+            items, _ = contrasts(seed_grid(values, g, index), [a for a in arms if a != "static"])
             if items:
                 parts.append("Paired per seed (each seed's difference averaged over the budgets), 95% t-interval "
                              "and the two-sided sign test over seeds (ties dropped):\n")
@@ -118,23 +118,11 @@ def _num(x: float | None) -> str:
     return "" if x is None else repr(float(x))
 
 
-def contrasts(values, arms: Sequence[str], budgets, g: int, index: int) -> list[Contrast]:
-    """Arm − static per seed at group size ``g``, each seed's value the mean over the budgets both have."""
-    out = []
-    for arm in arms:
-        if arm == "static":
-            continue
-        seeds = sorted({s for b in budgets for s in values.get((arm, b, g), {})})
-        diffs = []
-        for s in seeds:
-            pairs = [(values[(arm, b, g)][s][index], values[("static", b, g)][s][index]) for b in budgets
-                     if s in values.get((arm, b, g), {}) and s in values.get(("static", b, g), {})]
-            pairs = [(a, z) for a, z in pairs if a is not None and z is not None]
-            if pairs:
-                diffs.append(np.mean([a - z for a, z in pairs]))
-        if diffs:
-            out.append(Contrast(arm, np.array(diffs)))
-    return out
+def seed_grid(values, g: int, index: int) -> dict[tuple[str, Budget, int], float]:
+    """(arm, λ, seed) → endpoint ``index`` (0 primary, 1 secondary) at group size ``g``, for
+    ``statistics.contrasts``; a seed without that endpoint is left out."""
+    return {(arm, b, s): x[index] for (arm, b, size), per_seed in values.items() if size == g
+            for s, x in per_seed.items() if x[index] is not None}
 
 
 def table_mechanism(cells: Sequence[CellTable], arms: Sequence[str]) -> str:

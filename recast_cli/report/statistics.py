@@ -173,17 +173,22 @@ class Contrast:
         return wins, losses, p
 
 
-def contrasts(grid: dict[tuple[str, Budget, int], float]) -> tuple[list[Contrast], list[str]]:
-    """Arm − static per seed, each seed's value the mean over the budgets both arms have."""
+def contrasts(grid: dict[tuple[str, Budget, int], float], arms: Sequence[str] = CONTRASTS) \
+        -> tuple[list[Contrast], list[str]]:
+    """Arm − static per seed for each of ``arms`` (the paper's modes, or a study's arm labels), each
+    seed's value the mean over the budgets both arms have; a note for every seed paired with static
+    at fewer than all the budgets. ``grid``: (arm, λ, seed) → the seed's endpoint. The one place the
+    report of runs (``report/curves``) and of a study's cells (``report/cells``) pair arms."""
     budgets = sorted({b for (_, b, _) in grid})
     out, notes = [], []
-    for mode in CONTRASTS:
+    for mode in arms:
         seeds = sorted({s for (m, _, s) in grid if m == mode})
         diffs = []
         for s in seeds:
             shared = [b for b in budgets if (mode, b, s) in grid and ("static", b, s) in grid]
             if len(shared) < len(budgets):
-                notes.append(f"{MODE_LABEL[mode]} seed {s}: {len(shared)} of {len(budgets)} budgets paired with static")
+                notes.append(f"{MODE_LABEL.get(mode, mode)} seed {s}: {len(shared)} of {len(budgets)} budgets "
+                             "paired with static")
             if shared:
                 diffs.append(np.mean([grid[(mode, b, s)] - grid[("static", b, s)] for b in shared]))
         if diffs:

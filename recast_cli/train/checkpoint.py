@@ -12,8 +12,8 @@
 
 A checkpoint is assembled in a hidden temporary folder and renamed into place, so a failed
 or killed save leaves the previous checkpoint as the latest good one. Old checkpoints are
-removed only after a newer one is complete. No pickle anywhere. The tag and the listing of
-a run's complete checkpoints need no torch: they are in ``artifacts/run.py``.
+removed only after a newer one is complete. No pickle anywhere. The tag, the listing of a
+run's complete checkpoints and their verification need no torch: they are in ``artifacts/run.py``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from recast_cli.artifacts import json_loads
 from recast_cli.artifacts import CHECKPOINT_SCHEMA, latest_checkpoint, list_checkpoints, sha256_file, step_dir
+from recast_cli.artifacts.run import CHECKPOINTS, MANIFEST_NAME, verify_checkpoint
 from recast_cli.errors import BadInput
 from recast_cli.train.sharding import full_tensor, shard_like
 
@@ -56,7 +56,7 @@ def save_checkpoint(run: Path, step: int, write_files, tensors: dict[str, torch.
     ``write_files(folder)`` writes the model files (adapter, EMA); ``tensors`` and ``state``
     become ``state.safetensors`` and ``state.json``. Keeps the ``keep`` newest checkpoints.
     """
-    root = run / "checkpoints"
+    root = run / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(run, step)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".step-{step:06d}.", suffix=".tmp"))
@@ -65,8 +65,8 @@ def save_checkpoint(run: Path, step: int, write_files, tensors: dict[str, torch.
         save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp / "state.safetensors"))
         (tmp / "state.json").write_text(json.dumps(state, sort_keys=True, indent=1))
         files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-        (tmp / "manifest.json").write_text(json.dumps({"schema": CHECKPOINT_SCHEMA, "step": step, "files": files},
-                                                      sort_keys=True, indent=1))
+        (tmp / MANIFEST_NAME).write_text(json.dumps({"schema": CHECKPOINT_SCHEMA, "step": step, "files": files},
+                                                    sort_keys=True, indent=1))
         _fsync_tree(tmp)
         os.chmod(tmp, 0o755)
         if final.exists():  # a checkpoint of the same step (a rerun): replace it only now
@@ -83,7 +83,7 @@ def save_checkpoint(run: Path, step: int, write_files, tensors: dict[str, torch.
 def clean_partial(run: Path) -> None:
     """Remove temporary folders left by a save that was killed: only names of exactly the form
     ``save_checkpoint`` makes (``.step-NNNNNN.RANDOM.tmp``), never another file."""
-    root = run / "checkpoints"
+    root = run / CHECKPOINTS
     if root.is_dir():
         for child in root.iterdir():
             if TEMP_NAME.fullmatch(child.name) and child.is_dir() and not child.is_symlink():
@@ -91,29 +91,13 @@ def clean_partial(run: Path) -> None:
 
 
 def read_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Verify a checkpoint against its manifest and return (state tensors, state.json).
+    """Verify a checkpoint against its manifest (``artifacts.run.verify_checkpoint``) and return
+    (state tensors, state.json).
 
-    BadInput names the problem: not a checkpoint, another schema, a file missing or changed.
+    BadInput names the problem: not a checkpoint, another schema, a file missing or changed, or
+    verified files that do not parse.
     """
-    manifest_path = folder / "manifest.json"
-    if not manifest_path.is_file():
-        raise BadInput(f"{folder} is not a recast checkpoint (no manifest.json)")
-    try:
-        manifest = json_loads(manifest_path.read_text(), str(manifest_path))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadInput(f"{manifest_path} is corrupt (not JSON)") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != CHECKPOINT_SCHEMA:
-        raise BadInput(f"{folder}: schema {manifest.get('schema') if isinstance(manifest, dict) else None!r}, "
-                       f"expected {CHECKPOINT_SCHEMA}")
-    for rel, digest in sorted(manifest.get("files", {}).items()):
-        path = folder / rel
-        if not path.is_file():
-            raise BadInput(f"checkpoint {folder} is corrupt: {rel} is missing")
-        if sha256_file(path) != digest:
-            raise BadInput(f"checkpoint {folder} is corrupt: {rel} does not match its sha256 in manifest.json")
-    for required in ("state.safetensors", "state.json"):
-        if required not in manifest.get("files", {}):
-            raise BadInput(f"checkpoint {folder} is corrupt: the manifest lists no {required}")
+    verify_checkpoint(folder)
     try:
         tensors = load_file(str(folder / "state.safetensors"))
         state = json.loads((folder / "state.json").read_text())

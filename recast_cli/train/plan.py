@@ -18,11 +18,12 @@ from recast_cli.artifacts import (
     RUN_SCHEMA, RunRecord, RunRecordError, WeightMatrix, claim_folder, lambda_hat, read_run, read_weights,
 )
 from recast_cli.artifacts.cells import MADE_FROM
+from recast_cli.artifacts.run import find_checkpoint
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.setting.prompts import load_prompts
-from recast_cli.setting.load import Setting, digest, policy_inputs
+from recast_cli.setting.load import Setting, analytic_world, digest, policy_inputs
 from recast_cli.solve.stage import static_matrix
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, skip_clean_of, trained_steps
@@ -107,8 +108,6 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
                        f"set [train] lora_rank = 0 (got {cfg.lora_rank})")
     check_config(cfg)
     if setting.policy.kind == "flow1d":  # its rewards are its world's ([world], or METHOD.md §4's)
-        from recast_cli.setting.load import analytic_world
-
         for name in cfg.rewards:
             analytic_world(setting.policy).check_reward(name)
     prompts, _ = load_prompts(cfg.prompts)
@@ -147,30 +146,28 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
                            "or empty folder")
         if any(out.iterdir()):
             raise BadInput(f"--out {out} is not empty and holds no recast run; choose a new or empty folder")
-    init_from = None
-    if init is not None:
-        from recast_cli.policy.lora import resolve_adapter
-
-        p = Path(init)
-        if not p.exists():
-            raise BadInput(f"--init {init}: no such checkpoint")
-        if (p / "checkpoints").is_dir() or (p / "manifest.json").is_file():
-            folder = ckpt.latest_checkpoint(p) if (p / "checkpoints").is_dir() else p
-            if folder is None:
-                raise BadInput(f"--init {init}: the run has no complete checkpoint")
-            ckpt.read_checkpoint(folder)
-            init_from = folder / "adapter"
-        else:
-            init_from = resolve_adapter(p).parent
+    init_from = None if init is None else init_adapter(init)
     claim_folder(out, RUN_SCHEMA)  # not inside another artifact folder
     return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device, steps,
                 run_noise_level(cfg, setting.policy), made_from)
 
 
+def init_adapter(init: str) -> Path:
+    """``--init``: the adapter folder a run starts from — a run's latest complete checkpoint, a checkpoint
+    folder (either verified: ``artifacts.run.find_checkpoint``), or an adapter folder or file."""
+    from recast_cli.policy.lora import resolve_adapter
+
+    if not Path(init).exists():
+        raise BadInput(f"--init {init}: no such checkpoint")
+    found = find_checkpoint(init, f"--init {init}", record=False)
+    return found.folder / "adapter" if found is not None else resolve_adapter(Path(init)).parent
+
+
 def scheduler_grid(spec) -> tuple[np.ndarray, GridSpec]:
     """σ_T … σ_0 of the setting's sampler and its grid family, from the configs alone (no weights loaded)."""
     if spec.kind == "flow1d":
-        return GridSpec("linear").sigmas(spec.steps)[::-1].copy(), GridSpec("linear")
+        grid = analytic_world(spec).grid  # the 1-D world's own (World1D.grid)
+        return grid.sigmas(spec.steps)[::-1].copy(), grid
     from recast_cli.policy.families import policy_class
 
     sigmas, grid = policy_class(spec.kind).folder_grid(spec.folder(), spec.steps, spec.resolution)

@@ -170,6 +170,32 @@ def write_gains(path: str | os.PathLike[str], table: GainTable, *, config: Mappi
 def read_gains(path: str | os.PathLike[str]) -> GainTable:
     """Read and validate a ``recast.gains/1`` Parquet file (BadInput names what is wrong)."""
     arrow, meta, where = open_parquet(path, GAINS_SCHEMA)
+    _check_gain_columns(arrow, where)
+    cells = _GainCells.of(arrow, where)
+    if "T" in meta and meta["T"] != cells.T:
+        raise BadInput(f"{where}: metadata T = {meta['T']} but rows run t = 0..{cells.T}")
+    require_keys(meta, ("T", *PROVENANCE_KEYS[1:]), where)
+    sigma = cells.sigma()
+    table = GainTable(
+        rewards=cells.rewards,
+        sigmas=sigma[0],
+        D=cells.grid("D"),
+        gain_raw=cells.per_step("gain_raw", optional=False),
+        gain=cells.per_step("gain", optional=False),
+        D_lo=cells.per_level("D_lo"),
+        D_hi=cells.per_level("D_hi"),
+        gain_lo=cells.per_step("gain_lo", optional=True),
+        gain_hi=cells.per_step("gain_hi", optional=True),
+        meta={k: v for k, v in meta.items() if k not in (*PROVENANCE_KEYS, "T")},
+        provenance=Provenance.from_metadata(meta, where),
+    )
+    validate_gain_table(table, where)
+    return table
+
+
+def _check_gain_columns(arrow: pa.Table, where: str) -> None:
+    """Every gain column present with its type (or all null), the key columns never null, and at least
+    one row: what the grids below read, checked before any of them is built."""
     require_columns(arrow, GAIN_COLUMNS, where)
     kinds = {"reward": pa.types.is_string, "t": pa.types.is_integer}
     for name in GAIN_COLUMNS:
@@ -182,80 +208,88 @@ def read_gains(path: str | os.PathLike[str]) -> GainTable:
         raise BadInput(f"{where}: the table holds no row (no reward, no step); a gain table has one row per "
                        "(reward, t = 0..T)")
 
-    reward_col = arrow.column("reward").to_pylist()
-    t_col = arrow.column("t").to_numpy().astype(np.int64)
-    rewards = tuple(dict.fromkeys(reward_col))
-    index = {r: i for i, r in enumerate(rewards)}
-    seen: set[tuple[str, int]] = set()
-    for r, t in zip(reward_col, t_col.tolist()):
-        if (r, t) in seen:
-            raise BadInput(f"{where}: duplicate row for (reward {r!r}, t = {t})")
-        seen.add((r, t))
-    T = int(t_col.max())
-    for r in rewards:
-        ts = sorted(t for (rr, t) in seen if rr == r)
-        if ts != list(range(T + 1)):
-            raise BadInput(f"{where}: t of reward {r!r} is not contiguous 0..{T} (has {_ranges(ts)})")
-    if "T" in meta and meta["T"] != T:
-        raise BadInput(f"{where}: metadata T = {meta['T']} but rows run t = 0..{T}")
-    require_keys(meta, ("T", *PROVENANCE_KEYS[1:]), where)
 
-    m = len(rewards)
-    rows = np.array([index[r] for r in reward_col])
+@dataclass(frozen=True)
+class _GainCells:
+    """The rows of a gain table placed on the (reward, t) grid: row k is cell (rows[k], t_col[k]).
 
-    def grid(name: str) -> np.ndarray:
-        out = np.full((m, T + 1), np.nan)
-        out[rows, t_col] = arrow.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+    Built once the rows are known to hold every (reward, t = 0..T) exactly once; each column is then
+    read as an [m, T + 1] array, its nulls checked against where the column may have them.
+    """
+
+    arrow: pa.Table
+    where: str
+    rewards: tuple[str, ...]
+    rows: np.ndarray
+    t_col: np.ndarray
+    T: int
+
+    @classmethod
+    def of(cls, arrow: pa.Table, where: str) -> _GainCells:
+        """The cells of ``arrow``'s rows; BadInput on a duplicate (reward, t) or a reward whose t has gaps."""
+        reward_col = arrow.column("reward").to_pylist()
+        t_col = arrow.column("t").to_numpy().astype(np.int64)
+        rewards = tuple(dict.fromkeys(reward_col))
+        index = {r: i for i, r in enumerate(rewards)}
+        seen: set[tuple[str, int]] = set()
+        for r, t in zip(reward_col, t_col.tolist()):
+            if (r, t) in seen:
+                raise BadInput(f"{where}: duplicate row for (reward {r!r}, t = {t})")
+            seen.add((r, t))
+        T = int(t_col.max())
+        for r in rewards:
+            ts = sorted(t for (rr, t) in seen if rr == r)
+            if ts != list(range(T + 1)):
+                raise BadInput(f"{where}: t of reward {r!r} is not contiguous 0..{T} (has {_ranges(ts)})")
+        return cls(arrow, where, rewards, np.array([index[r] for r in reward_col]), t_col, T)
+
+    def grid(self, name: str) -> np.ndarray:
+        """Column ``name`` as [m, T + 1] floats (NaN where null)."""
+        out = np.full((len(self.rewards), self.T + 1), np.nan)
+        out[self.rows, self.t_col] = self.arrow.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
         return out
 
-    sigma = grid("sigma")
-    if not np.all(sigma == sigma[:1]):
-        i, t = np.argwhere(sigma != sigma[:1])[0]
-        raise BadInput(f"{where}: sigma differs between rewards at t = {t} (reward {rewards[i]!r})")
+    def null(self, name: str) -> np.ndarray:
+        """Where column ``name`` is null, as [m, T + 1] booleans."""
+        mask = np.zeros((len(self.rewards), self.T + 1), dtype=bool)
+        mask[self.rows, self.t_col] = self.arrow.column(name).is_null().to_numpy(zero_copy_only=False)
+        return mask
 
-    def per_step(name: str, optional: bool) -> np.ndarray | None:
-        values = grid(name)
+    def sigma(self) -> np.ndarray:
+        """The σ grid, [m, T + 1]; BadInput unless every reward has the same one."""
+        sigma = self.grid("sigma")
+        if not np.all(sigma == sigma[:1]):
+            i, t = np.argwhere(sigma != sigma[:1])[0]
+            raise BadInput(f"{self.where}: sigma differs between rewards at t = {t} (reward {self.rewards[i]!r})")
+        return sigma
+
+    def per_step(self, name: str, *, optional: bool) -> np.ndarray | None:
+        """A per-step column, [m, T] for t = 1..T: null at t = 0 and nowhere else (None when ``optional``
+        and null throughout)."""
+        values = self.grid(name)
         if not np.isnan(values[:, 0]).all():
-            raise BadInput(f"{where}: column {name!r} must be null at t = 0")
+            raise BadInput(f"{self.where}: column {name!r} must be null at t = 0")
         body = values[:, 1:]
-        null = _null_mask(arrow, name, rows, t_col, m, T)[:, 1:]
+        null = self.null(name)[:, 1:]
         if optional and null.all():
             return None
-        if null.any():
-            i, j = np.argwhere(null)[0]
-            raise BadInput(f"{where}: column {name!r} is null at (reward {rewards[i]!r}, t = {j + 1})")
+        self._refuse_nulls(name, null, first_t=1)
         return body
 
-    def per_level(name: str) -> np.ndarray | None:
-        null = _null_mask(arrow, name, rows, t_col, m, T)
+    def per_level(self, name: str) -> np.ndarray | None:
+        """An optional per-level column, [m, T + 1]: null nowhere, or everywhere (None)."""
+        null = self.null(name)
         if null.all():
             return None
+        self._refuse_nulls(name, null, first_t=0)
+        return self.grid(name)
+
+    def _refuse_nulls(self, name: str, null: np.ndarray, *, first_t: int) -> None:
+        """BadInput naming the first null cell of ``null`` (whose column 0 is t = ``first_t``), if any."""
         if null.any():
             i, j = np.argwhere(null)[0]
-            raise BadInput(f"{where}: column {name!r} is null at (reward {rewards[i]!r}, t = {j})")
-        return grid(name)
-
-    table = GainTable(
-        rewards=rewards,
-        sigmas=sigma[0],
-        D=grid("D"),
-        gain_raw=per_step("gain_raw", optional=False),
-        gain=per_step("gain", optional=False),
-        D_lo=per_level("D_lo"),
-        D_hi=per_level("D_hi"),
-        gain_lo=per_step("gain_lo", optional=True),
-        gain_hi=per_step("gain_hi", optional=True),
-        meta={k: v for k, v in meta.items() if k not in (*PROVENANCE_KEYS, "T")},
-        provenance=Provenance.from_metadata(meta, where),
-    )
-    validate_gain_table(table, where)
-    return table
-
-
-def _null_mask(arrow: pa.Table, name: str, rows: np.ndarray, t_col: np.ndarray, m: int, T: int) -> np.ndarray:
-    mask = np.zeros((m, T + 1), dtype=bool)
-    mask[rows, t_col] = arrow.column(name).is_null().to_numpy(zero_copy_only=False)
-    return mask
+            raise BadInput(f"{self.where}: column {name!r} is null at (reward {self.rewards[i]!r}, "
+                           f"t = {j + first_t})")
 
 
 def _ranges(ts: Sequence[int]) -> str:

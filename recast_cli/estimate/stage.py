@@ -106,11 +106,9 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
     if procs.size > 1 and shard != (0, 1):
         raise BadInput("--shard and accelerate launch would split the prompts twice; use one of them")
     world = build_world(cfg)
-    T = world.policy.T
     wanted = [j for j in range(len(world.prompts)) if j % shard[1] == shard[0]]
     mine = [j for j in wanted if j % procs.size == procs.rank]
     check_score_cells(cfg, len(wanted))  # P is known once the world is (a prompts file, the positives)
-    parts = parts_dir(out)
     made_from = rollout_inputs(cfg, world)
     run_id = cfg.run_id(made_from)
     lock = None
@@ -120,61 +118,89 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
                           writer="another recast estimate", what="run")
     try:
         procs.wait()
-        plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
-                           batch_size=cfg.batch_size)
-        per_prompt = cfg.N * T * cfg.K * world.positive_sets
-
-        def part_of(j: int) -> Path:
-            return parts / f"prompt-{world.prompt_ids[j]:06d}.safetensors"
-
-        shape = (cfg.N, T + 1, cfg.K, len(cfg.rewards))
+        parts = _PromptParts(parts_dir(out), world, (cfg.N, world.policy.T + 1, cfg.K, len(cfg.rewards)))
         for j in wanted:  # every finished part this run will read, before any rollout: a damaged one is named now
-            if part_of(j).is_file():
-                _read_part(part_of(j), shape)
-        columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
-        done = sum(part_of(j).is_file() for j in mine)
-        if done and procs.rank == 0 and not quiet:
-            from rich.console import Console
-
-            Console(stderr=True).print(f"resuming: {done} of {len(mine)} prompts already done in {parts}",
-                                   highlight=False)
-        with Progress(*columns, console=_stderr(), disable=quiet or procs.rank > 0) as progress:
-            task = progress.add_task("rollouts", total=per_prompt * len(mine), rate=0.0)
-            for j in mine:
-                if part_of(j).is_file():
-                    progress.update(task, advance=per_prompt)
-                    continue
-                scores = prompt_scores(world.policy, world.prompts[j], world.prompt_ids[j], world.scorers, plan,
-                                       cfg.sampling, positives=world.positives(j) if world.positives else None,
-                                       N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
-                with atomic_output(part_of(j)) as tmp:
-                    # bytes first, then Python's write: a full disk is an OSError atomic_output names in one
-                    # line (safetensors' own writer raises its SafetensorError instead)
-                    tmp.write_bytes(safetensors_bytes({"scores": np.ascontiguousarray(scores)}))
-                elapsed = progress.tasks[0].elapsed or 1e-9
-                progress.update(task, rate=progress.tasks[0].completed / elapsed)
+            if parts.done(j):
+                parts.read(j)
+        _roll_prompts(cfg, world, parts, mine, quiet=quiet or procs.rank > 0)
         procs.wait()
         if procs.rank > 0:
             return None
-        dense = np.stack([_read_part(part_of(j), shape) for j in wanted]) if wanted else np.zeros((0, *shape))
-        sigmas = world.policy.sigmas.numpy().tolist()
-        meta = {
-            "run_id": run_id, "rewards": list(cfg.rewards), "T": T, "N": cfg.N, "K": cfg.K, "P": len(world.prompts),
-            "sigmas": sigmas, "sampling": cfg.sampling, "crn": cfg.crn, "rollout_noise": cfg.rollout_noise,
-            "guidance_scale": world.policy_info.get("guidance_scale"), "policy": world.policy_info,
-            "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
-            "grid": world.policy.grid_spec.to_json(), "gmm1d": world.is_analytic,  # the policy's own σ grid
-        }
-        table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in wanted),
-                           prompts=tuple(world.prompts[j] for j in wanted),
-                           rewards=tuple(cfg.rewards), scores=dense, meta=meta)
-        write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
-        finish_parts(out, [part_of(j).name for j in wanted])
-        return read_scores(scores_path(out))
+        return _gather(cfg, world, parts, wanted, out, run_id=run_id, shard=shard)
     finally:
         if lock is not None:
             lock.release()
+
+
+@dataclass(frozen=True)
+class _PromptParts:
+    """OUT.parts/'s finished prompts: one file per prompt (named by its prompt id), scores of ``shape``."""
+
+    folder: Path
+    world: World
+    shape: tuple[int, int, int, int]  # [N, T+1, K, m]
+
+    def path(self, j: int) -> Path:
+        return self.folder / f"prompt-{self.world.prompt_ids[j]:06d}.safetensors"
+
+    def done(self, j: int) -> bool:
+        return self.path(j).is_file()
+
+    def read(self, j: int) -> np.ndarray:
+        return _read_part(self.path(j), self.shape)
+
+    def write(self, j: int, scores: np.ndarray) -> None:
+        with atomic_output(self.path(j)) as tmp:
+            # bytes first, then Python's write: a full disk is an OSError atomic_output names in one
+            # line (safetensors' own writer raises its SafetensorError instead)
+            tmp.write_bytes(safetensors_bytes({"scores": np.ascontiguousarray(scores)}))
+
+
+def _roll_prompts(cfg: EstimateConfig, world: World, parts: _PromptParts, mine: Sequence[int], *,
+                  quiet: bool) -> None:
+    """Roll out and score every prompt of ``mine`` not finished yet, each written to its part once done,
+    with a progress bar (and a line saying how many were already done) unless ``quiet``."""
+    plan = RolloutPlan(K=cfg.K, rollout_noise=cfg.rollout_noise, crn=cfg.crn, seed=cfg.seed,
+                       batch_size=cfg.batch_size)
+    per_prompt = cfg.N * world.policy.T * cfg.K * world.positive_sets
+    columns = [TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]:.0f}/s"), TimeRemainingColumn()]
+    done = sum(parts.done(j) for j in mine)
+    if done and not quiet:
+        _stderr().print(f"resuming: {done} of {len(mine)} prompts already done in {parts.folder}", highlight=False)
+    with Progress(*columns, console=_stderr(), disable=quiet) as progress:
+        task = progress.add_task("rollouts", total=per_prompt * len(mine), rate=0.0)
+        for j in mine:
+            if parts.done(j):
+                progress.update(task, advance=per_prompt)
+                continue
+            scores = prompt_scores(world.policy, world.prompts[j], world.prompt_ids[j], world.scorers, plan,
+                                   cfg.sampling, positives=world.positives(j) if world.positives else None,
+                                   N=cfg.N, on_rollouts=lambda c: progress.update(task, advance=c))
+            parts.write(j, scores)
+            elapsed = progress.tasks[0].elapsed or 1e-9
+            progress.update(task, rate=progress.tasks[0].completed / elapsed)
+
+
+def _gather(cfg: EstimateConfig, world: World, parts: _PromptParts, wanted: Sequence[int], out: Path, *,
+            run_id: str, shard: tuple[int, int]) -> ScoreTable:
+    """Every wanted prompt's part into the ``recast.scores/1`` table, written beside OUT and read back;
+    the parts folder is then finished (``finish_parts``)."""
+    dense = np.stack([parts.read(j) for j in wanted]) if wanted else np.zeros((0, *parts.shape))
+    meta = {
+        "run_id": run_id, "rewards": list(cfg.rewards), "T": world.policy.T, "N": cfg.N, "K": cfg.K,
+        "P": len(world.prompts), "sigmas": world.policy.sigmas.numpy().tolist(), "sampling": cfg.sampling,
+        "crn": cfg.crn, "rollout_noise": cfg.rollout_noise,
+        "guidance_scale": world.policy_info.get("guidance_scale"), "policy": world.policy_info,
+        "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
+        "grid": world.policy.grid_spec.to_json(), "gmm1d": world.is_analytic,  # the policy's own σ grid
+    }
+    table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in wanted),
+                       prompts=tuple(world.prompts[j] for j in wanted),
+                       rewards=tuple(cfg.rewards), scores=dense, meta=meta)
+    write_scores(scores_path(out), table, config=asdict(cfg), sources=world.sources)
+    finish_parts(out, [parts.path(j).name for j in wanted])
+    return read_scores(scores_path(out))
 
 
 def rollout_inputs(cfg: EstimateConfig, world: World) -> dict[str, str]:

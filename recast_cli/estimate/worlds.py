@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -129,45 +129,10 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
     from recast_cli.setting.load import build_policy, check_prompts, reward_options
 
     spec = setting.policy
-    sources: list[Source] = []
-    if cfg.positives is not None:
-        from recast_cli.artifacts import read_positives
-
-        pos = read_positives(cfg.positives)
-        prompts = pos.prompts()
-        prompt_ids = sorted({s.prompt_id for s in pos.samples})
-        # one shared set (every reward), or one set per reward (e.g. `sample-positive --source self`)
-        reward_sets = [None] if not pos.rewards() else list(cfg.rewards)
-        for pid in prompt_ids:
-            for reward in reward_sets:
-                have = len(pos.for_prompt(pid, reward))
-                if have < cfg.N:
-                    which = "" if reward is None else f" for reward {reward!r}"
-                    raise BadInput(f"{cfg.positives}: prompt_id {pid} has {have} positives{which}, fewer than N = {cfg.N}")
-        manifest = Source.of(Path(cfg.positives) / "manifest.parquet")
-        positives_info = {"source": str(cfg.positives), "sha256": manifest.sha256,
-                          "generator": pos.meta.get("generator")}
-        recorded = {(s.prompt_id, s.reward): s.reward_std for s in pos.samples if s.reward_std is not None}
-        if recorded and reward_sets != [None]:  # `self` positives: the π^old scale each tilt used (E2)
-            positives_info["reward_std"] = {str(pid): {r: recorded.get((pid, r)) for r in cfg.rewards}
-                                            for pid in prompt_ids}
-        sources.append(manifest)
-    elif spec.prompt_check == "toy":
-        from recast_cli.toy.renderer import all_prompts
-
-        pos, reward_sets = None, [None]
-        prompts = all_prompts()
-        prompt_ids = list(range(len(prompts)))
-        positives_info = {"source": "renderer"}
-    elif cfg.sampling == "pplus":
-        raise BadInput(f"setting {setting.name!r}: π⁺-sampling needs --positives DIR (see recast sample-positive)")
-    else:
-        pos, reward_sets = None, [None]
-        prompts, prompt_ids = _prompts_file(cfg.prompts_file)
-        positives_info = {}
+    found = _image_prompts(cfg, setting)
     if cfg.P is not None:
-        prompts, prompt_ids = prompts[: cfg.P], prompt_ids[: cfg.P]
-    check_prompts(spec, prompts)
+        found.prompts, found.prompt_ids = found.prompts[: cfg.P], found.prompt_ids[: cfg.P]
+    check_prompts(spec, found.prompts)
     policy = build_policy(spec, steps=cfg.steps, guidance_scale=cfg.guidance_scale)
     lora_info = {}
     if checkpoint is not None:
@@ -175,13 +140,78 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
 
         adapter = load_lora_into_policy(policy, checkpoint)
         source = Source.of(adapter)
-        sources.append(source)
+        found.sources.append(source)
         lora_info = {"checkpoint": str(checkpoint), "adapter": str(adapter), "adapter_sha256": source.sha256}
     options = reward_options(setting)
     scorers = [build_scorer(r, **options.get(r, {})) for r in cfg.rewards]
+    if found.pos is not None:  # every positive a rollout starts from decodes at the policy's size, checked up front
+        _check_positive_images(found.pos, found.prompt_ids, found.reward_sets, cfg.N, policy)
+    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": spec.model_name(),
+                   "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
+                   "weights_sha256": _weights_hash(spec.folder()), **lora_info}
+    pplus = cfg.sampling == "pplus"
+    return World(policy=policy, scorers=scorers, prompts=found.prompts, prompt_ids=found.prompt_ids,
+                 positives=_image_positives(cfg, spec, found, policy) if pplus else None, policy_info=policy_info,
+                 positives_info=found.info, sources=found.sources, is_analytic=False,
+                 positive_sets=len(found.reward_sets) if pplus else 1)
 
-    if pos is not None:  # every positive a rollout will start from decodes at the policy's size, checked up front
-        _check_positive_images(pos, prompt_ids, reward_sets, cfg.N, policy)
+
+@dataclass
+class _ImagePrompts:
+    """The prompts of an image world and where its positives come from: ``pos`` a positives folder (None:
+    the toy renderer, or none at all), ``reward_sets`` the reward of each positive set ([None]: one shared
+    set), ``info`` what the tables record of the positives, ``sources`` the files they came from."""
+
+    prompts: list[str]
+    prompt_ids: list[int]
+    pos: Any = None  # recast_cli.artifacts.Positives
+    reward_sets: list[str | None] = field(default_factory=lambda: [None])
+    info: dict = field(default_factory=dict)
+    sources: list[Source] = field(default_factory=list)
+
+
+def _image_prompts(cfg: EstimateConfig, setting) -> _ImagePrompts:
+    """The prompts and positives of an image world: a ``--positives`` folder, the toy renderer (a toy
+    setting), or π^old-sampling from ``--prompts`` (π⁺-sampling without positives is refused)."""
+    if cfg.positives is not None:
+        return _folder_prompts(cfg)
+    if setting.policy.prompt_check == "toy":
+        from recast_cli.toy.renderer import all_prompts
+
+        prompts = all_prompts()
+        return _ImagePrompts(prompts, list(range(len(prompts))), info={"source": "renderer"})
+    if cfg.sampling == "pplus":
+        raise BadInput(f"setting {setting.name!r}: π⁺-sampling needs --positives DIR (see recast sample-positive)")
+    return _ImagePrompts(*_prompts_file(cfg.prompts_file))
+
+
+def _folder_prompts(cfg: EstimateConfig) -> _ImagePrompts:
+    """The prompts of a ``--positives`` folder, each with at least N positives per set (one shared set, or
+    one per reward, e.g. ``sample-positive --source self``, whose recorded π^old scales are kept)."""
+    from recast_cli.artifacts import read_positives
+
+    pos = read_positives(cfg.positives)
+    prompt_ids = sorted({s.prompt_id for s in pos.samples})
+    # one shared set (every reward), or one set per reward (e.g. `sample-positive --source self`)
+    reward_sets = [None] if not pos.rewards() else list(cfg.rewards)
+    for pid in prompt_ids:
+        for reward in reward_sets:
+            have = len(pos.for_prompt(pid, reward))
+            if have < cfg.N:
+                which = "" if reward is None else f" for reward {reward!r}"
+                raise BadInput(f"{cfg.positives}: prompt_id {pid} has {have} positives{which}, fewer than N = {cfg.N}")
+    manifest = Source.of(Path(cfg.positives) / "manifest.parquet")
+    info = {"source": str(cfg.positives), "sha256": manifest.sha256, "generator": pos.meta.get("generator")}
+    recorded = {(s.prompt_id, s.reward): s.reward_std for s in pos.samples if s.reward_std is not None}
+    if recorded and reward_sets != [None]:  # `self` positives: the π^old scale each tilt used (E2)
+        info["reward_std"] = {str(pid): {r: recorded.get((pid, r)) for r in cfg.rewards} for pid in prompt_ids}
+    return _ImagePrompts(pos.prompts(), prompt_ids, pos, reward_sets, info, [manifest])
+
+
+def _image_positives(cfg: EstimateConfig, spec, found: _ImagePrompts, policy):
+    """prompt index → the latent positive sets of that prompt: N renderer images (no positives folder),
+    else the folder's first N images of each set, encoded by the policy."""
+    pos, prompts, prompt_ids = found.pos, found.prompts, found.prompt_ids
 
     def positives(p: int) -> list[torch.Tensor]:
         if pos is None:
@@ -193,20 +223,14 @@ def _image_world(cfg: EstimateConfig, setting, checkpoint: Path | None) -> World
             from recast_cli.rewards.base import as_float
 
             sets = []
-            for reward in reward_sets:
+            for reward in found.reward_sets:
                 chosen = pos.for_prompt(prompt_ids[p], reward)[: cfg.N]
                 images = torch.stack(as_float([_positive_image(pos.root / s.image_path, policy) for s in chosen]))
                 sets.append(policy.encode(images.to(policy.device)))
             return sets
         return [policy.encode(images.to(policy.device))]
 
-    policy_info = {"setting": str(setting.file), "kind": spec.kind, "path": spec.model_name(),
-                   "guidance_scale": policy.guidance_scale if hasattr(policy, "guidance_scale") else None,
-                   "weights_sha256": _weights_hash(spec.folder()), **lora_info}
-    pplus = cfg.sampling == "pplus"
-    return World(policy=policy, scorers=scorers, prompts=prompts, prompt_ids=prompt_ids,
-                 positives=positives if pplus else None, policy_info=policy_info, positives_info=positives_info,
-                 sources=sources, is_analytic=False, positive_sets=len(reward_sets) if pplus else 1)
+    return positives
 
 
 #: flow1d at a trained checkpoint: π⁺ by resampling this many of the policy's own draws per positive

@@ -242,6 +242,44 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
     A refused prompt is recorded in the manifest metadata (``refused``) and left out.
     """
     out = Path(out)
+    _check_request(prompts, n, out, resolution)
+    claim_folder(out, POSITIVES_SCHEMA)
+    check_writable(out / MANIFEST_NAME)
+    source.prepare(prompts, n)
+    header = _fingerprint(source, resolution, seed)
+    prior, refused = _load_prior(out, header) if out.is_dir() else ([], {})
+
+    wanted = {(r, p, s) for r in source.rewards() for p in range(len(prompts)) for s in range(n)}
+    refused = {p: r for p, r in refused.items() if p < len(prompts) and r.get("prompt") == prompts[p]}
+    rows, redone = _kept_rows(out, prior, wanted, prompts, refused)
+    jobs = [Job(p, prompts[p], s, image_seed(seed, p, s), r) for (r, p, s) in sorted(wanted, key=_order)
+            if (r, p, s) not in rows and p not in refused]
+
+    created = [d for d in (out, *out.parents) if not d.exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    journal = _Journal(out, header, list(rows.values()), refused)
+    report = RunReport(out, len(prompts), 0, 0, len(rows), redone, refused)
+    start = time.monotonic()
+    try:
+        _produce(source, jobs, out, resolution, journal=journal, rows=rows, report=report, console=console)
+    except BadInput:
+        if not rows and not refused:  # stopped before anything was made (e.g. a rejected key): leave no trace
+            journal.close()
+            journal.path.unlink(missing_ok=True)
+            for folder in created:
+                folder.rmdir()
+        raise
+    finally:
+        journal.close()
+    report.seconds = time.monotonic() - start
+    if report.failures:
+        raise IncompleteRun(report)
+    report.rows = _write_manifest(out, source, rows, refused, header=header, n=n, config=config, sources=sources)
+    return report
+
+
+def _check_request(prompts: Sequence[str], n: int, out: Path, resolution: int) -> None:
+    """BadInput for a request that cannot make a positives folder, before the folder is touched."""
     if n < 1:
         raise BadInput(f"--n must be at least 1, got {n}")
     if n > IMAGE_STRIDE:
@@ -252,14 +290,17 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
         raise BadInput("no prompts")
     if out.exists() and not out.is_dir():
         raise BadInput(f"cannot write into {out}: it is not a directory")
-    claim_folder(out, POSITIVES_SCHEMA)
-    check_writable(out / MANIFEST_NAME)
-    source.prepare(prompts, n)
-    header = _fingerprint(source, resolution, seed)
-    prior, refused = _load_prior(out, header) if out.is_dir() else ([], {})
 
-    wanted = {(r, p, s) for r in source.rewards() for p in range(len(prompts)) for s in range(n)}
-    refused = {p: r for p, r in refused.items() if p < len(prompts) and r.get("prompt") == prompts[p]}
+
+def _kept_rows(out: Path, prior: Sequence[PositiveSample], wanted: set[tuple[str | None, int, int]],
+               prompts: Sequence[str], refused: Mapping[int, dict[str, str]],
+               ) -> tuple[dict[tuple[str | None, int, int], PositiveSample], int]:
+    """The earlier run's rows this run keeps, by (reward, prompt_id, sample_id), and how many are made again.
+
+    A row is kept when it is still wanted, its prompt is unchanged and not refused, and its image's bytes
+    still match its sha256 (each file hashed once: rows of several rewards share one); a row failing only
+    the last test counts as redone.
+    """
     rows: dict[tuple[str | None, int, int], PositiveSample] = {}
     digests: dict[Path, str] = {}
     redone = 0
@@ -274,48 +315,42 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
             rows[key] = row
         else:
             redone += 1
-    kept = len(rows)
-    jobs = [Job(p, prompts[p], s, image_seed(seed, p, s), r) for (r, p, s) in sorted(wanted, key=_order)
-            if (r, p, s) not in rows and p not in refused]
+    return rows, redone
 
-    created = [d for d in (out, *out.parents) if not d.exists()]
-    out.mkdir(parents=True, exist_ok=True)
-    journal = _Journal(out, header, list(rows.values()), refused)
-    report = RunReport(out, len(prompts), 0, 0, kept, redone, refused)
-    start = time.monotonic()
+
+def _produce(source: PositiveSource, jobs: Sequence[Job], out: Path, resolution: int, *, journal: _Journal,
+             rows: dict[tuple[str | None, int, int], PositiveSample], report: RunReport,
+             console: Console | None) -> None:
+    """Run ``jobs`` through the source under a progress bar: each image stored and journalled as it comes
+    (into ``rows``, counted in ``report``), a refused prompt journalled once (``report.refused``), a failure
+    listed in ``report.failures``."""
+    refused = report.refused
     columns = (TextColumn(f"positives ({source.name})"), BarColumn(), MofNCompleteColumn(),
                TextColumn("failures {task.fields[failures]}"), TimeRemainingColumn())
-    try:
-        with Progress(*columns, console=console or Console(stderr=True), transient=True) as progress:
-            task = progress.add_task("positives", total=len(jobs), failures=0)
-            for outcome in source.produce(jobs):
-                job = outcome.job
-                if outcome.refused is not None:
-                    if job.prompt_id not in refused:
-                        refused[job.prompt_id] = {"prompt_id": job.prompt_id, "prompt": job.prompt,
-                                                  "reason": outcome.refused}
-                        journal.add({"refused": refused[job.prompt_id]})
-                elif outcome.failed is not None:
-                    report.failures.append(f"prompt {job.prompt_id} sample {job.sample_id}: {outcome.failed}")
-                elif job.prompt_id not in refused:
-                    row = _store(out, outcome, resolution, source.name)
-                    rows[(job.reward, job.prompt_id, job.sample_id)] = row
-                    journal.add({"row": dataclasses.asdict(row)})
-                    report.new += 1
-                progress.update(task, advance=1, failures=len(report.failures))
-    except BadInput:
-        if not rows and not refused:  # stopped before anything was made (e.g. a rejected key): leave no trace
-            journal.close()
-            journal.path.unlink(missing_ok=True)
-            for folder in created:
-                folder.rmdir()
-        raise
-    finally:
-        journal.close()
-    report.seconds = time.monotonic() - start
-    if report.failures:
-        raise IncompleteRun(report)
+    with Progress(*columns, console=console or Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("positives", total=len(jobs), failures=0)
+        for outcome in source.produce(jobs):
+            job = outcome.job
+            if outcome.refused is not None:
+                if job.prompt_id not in refused:
+                    refused[job.prompt_id] = {"prompt_id": job.prompt_id, "prompt": job.prompt,
+                                              "reason": outcome.refused}
+                    journal.add({"refused": refused[job.prompt_id]})
+            elif outcome.failed is not None:
+                report.failures.append(f"prompt {job.prompt_id} sample {job.sample_id}: {outcome.failed}")
+            elif job.prompt_id not in refused:
+                row = _store(out, outcome, resolution, source.name)
+                rows[(job.reward, job.prompt_id, job.sample_id)] = row
+                journal.add({"row": dataclasses.asdict(row)})
+                report.new += 1
+            progress.update(task, advance=1, failures=len(report.failures))
 
+
+def _write_manifest(out: Path, source: PositiveSource, rows: Mapping[tuple[str | None, int, int], PositiveSample],
+                    refused: Mapping[int, dict[str, str]], *, header: dict[str, Any], n: int,
+                    config: Mapping[str, Any] | None, sources: Sequence[Path]) -> int:
+    """Write the manifest of a complete run (the rows of prompts not refused, in job order) and remove the
+    journal; returns how many rows it holds."""
     final = sorted((r for r in rows.values() if r.prompt_id not in refused), key=lambda r: _order(
         (r.reward, r.prompt_id, r.sample_id)))
     meta = {**header, "n": n, "resize": RESIZE_RULE, "refused": sorted(refused.values(), key=lambda r: r["prompt_id"]),
@@ -323,8 +358,7 @@ def collect(source: PositiveSource, prompts: Sequence[str], n: int, out: str | o
     write_positives_manifest(out, final, meta=meta, config=config,
                              sources=[Source.of(p) for p in [*sources, *source.inputs()]])
     (out / JOURNAL_NAME).unlink(missing_ok=True)
-    report.rows = len(final)
-    return report
+    return len(final)
 
 
 def _order(key: tuple[str | None, int, int]) -> tuple[str, int, int]:

@@ -106,171 +106,191 @@ def make_server(scorer: Scorer, host: str = "127.0.0.1", port: int = 0, token: s
                         max_connections)
 
 
-def _handler(scorer: Scorer, token: str | None, max_batch: int, max_pixels: int, timeout: float, readers: int,
-             pace: Pace) -> type:
-    """The request handler class of one server (its scorer, token, limits and pace)."""
-    from recast_cli.images import ImageTooLarge
+class RewardHandler(BaseHTTPRequestHandler):
+    """One connection of a reward server: protocol ``recast.reward/1`` over HTTP/1.1 keep-alive.
 
-    lock = threading.Lock()  # scorers hold one model each: score one request at a time
-    reading = threading.BoundedSemaphore(readers)  # bodies in memory at once
-    expected = token.encode() if token else None
-    max_body = body_limit(max_batch, max_pixels)
-    pace = pace.covering(max_body)  # a client keeping the floor always finishes the largest body
+    Abstract: :func:`_handler` makes the subclass of each server, whose class attributes below are that
+    server's scorer, token, limits, pace, scoring lock and reader slots.
+    """
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server: RewardServer
-        request_pace = pace  # read by tests
+    protocol_version = "HTTP/1.1"
+    server: RewardServer
+    scorer: Scorer
+    expected: bytes | None  # the token's bytes; None: no token needed
+    max_batch: int
+    max_pixels: int
+    max_body: int  # body_limit(max_batch, max_pixels)
+    timeout: float  # the socket's timeout between reads (StreamRequestHandler's): writing a reply
+    request_pace: Pace  # read by tests
+    scoring: threading.Lock
+    reading: threading.BoundedSemaphore
 
-        def setup(self) -> None:
-            self.timeout = timeout  # the socket's timeout between reads: writing a reply
-            super().setup()
-            self.rfile.close()  # every read goes through the request's deadline instead
-            self.reader = RequestReader(self.connection, pace, timeout,
-                                        heard=lambda: self.server.admission.heard(self.connection))
-            self.rfile = io.BufferedReader(self.reader)
-            self.served = 0
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # every read goes through the request's deadline instead
+        self.reader = RequestReader(self.connection, self.request_pace, self.timeout,
+                                    heard=lambda: self.server.admission.heard(self.connection))
+        self.rfile = io.BufferedReader(self.reader)
+        self.served = 0
 
-        def handle_one_request(self) -> None:
-            self.reader.begin()
-            if self.served and not self.server.admission.enter(self.connection, self.client_address):
-                self.close_connection = True  # kept alive, and no room left while it waits: closed
-                return
-            try:
-                super().handle_one_request()
-                self.served += 1
-            except RequestDeadline as exc:
-                self.close_connection = True
-                if self.served and not self.reader.received:
-                    return  # a kept-alive connection left idle: closed without a word
-                log_client(self.client_address, f"{exc.what} ({exc}): {exc.status}, closed")
-                _raw_reply(self.connection, exc.status, f"{exc.what} ({exc})")
-            except ConnectionError as exc:  # reset while we read
-                self.close_connection = True
-                log_client(self.client_address, f"client disconnected ({type(exc).__name__})")
-
-        def log_request(self, code: Any = "-", size: Any = "-") -> None:
-            pass  # replies are logged by _send once written (or not)
-
-        def log_message(self, format: str, *args: Any) -> None:  # anything else the stdlib logs
-            log_client(self.client_address, format % args)
-
-        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-            """The stdlib's own refusals (malformed request line or headers, unknown method) in the
-            protocol's form, ``{"error": "one line"}``, and closed."""
+    def handle_one_request(self) -> None:
+        self.reader.begin()
+        if self.served and not self.server.admission.enter(self.connection, self.client_address):
+            self.close_connection = True  # kept alive, and no room left while it waits: closed
+            return
+        try:
+            super().handle_one_request()
+            self.served += 1
+        except RequestDeadline as exc:
             self.close_connection = True
-            self._send(code, {"error": message or HTTPStatus(code).phrase})
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            """Reply; log one line: the request, the status, the error if any, and whether it was delivered."""
-            body = json.dumps(payload, allow_nan=False).encode()
-            line = (f"{getattr(self, 'command', None) or '-'} {getattr(self, 'path', '-')} {status}"
-                    + (f" ({payload['error']})" if "error" in payload else ""))
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (ConnectionError, TimeoutError) as exc:  # the client left or stopped reading
-                self.close_connection = True
-                log_client(self.client_address, f"{line} not delivered: client disconnected ({type(exc).__name__})")
-                return
-            log_client(self.client_address, line)
-
-        def _authorised(self) -> bool:
-            """Whether the request carries the right token (401 else); a connection closed to make
-            room while its head arrived is dropped without a word (its closing was logged)."""
-            admission = self.server.admission
-            scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
-            if expected is None or (scheme.lower() == "bearer"
-                                    and hmac.compare_digest(given.strip().encode(), expected)):
-                if admission.authenticate(self.connection):
-                    return True
-                self.close_connection = True
-                return False
+            if self.served and not self.reader.received:
+                return  # a kept-alive connection left idle: closed without a word
+            log_client(self.client_address, f"{exc.what} ({exc}): {exc.status}, closed")
+            _raw_reply(self.connection, exc.status, f"{exc.what} ({exc})")
+        except ConnectionError as exc:  # reset while we read
             self.close_connection = True
-            if admission.holds(self.connection):
-                self._send(401, {"error": "wrong or missing token"})
+            log_client(self.client_address, f"client disconnected ({type(exc).__name__})")
+
+    def log_request(self, code: Any = "-", size: Any = "-") -> None:
+        pass  # replies are logged by _send once written (or not)
+
+    def log_message(self, format: str, *args: Any) -> None:  # anything else the stdlib logs
+        log_client(self.client_address, format % args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's own refusals (malformed request line or headers, unknown method) in the
+        protocol's form, ``{"error": "one line"}``, and closed."""
+        self.close_connection = True
+        self._send(code, {"error": message or HTTPStatus(code).phrase})
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        """Reply; log one line: the request, the status, the error if any, and whether it was delivered."""
+        body = json.dumps(payload, allow_nan=False).encode()
+        line = (f"{getattr(self, 'command', None) or '-'} {getattr(self, 'path', '-')} {status}"
+                + (f" ({payload['error']})" if "error" in payload else ""))
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (ConnectionError, TimeoutError) as exc:  # the client left or stopped reading
+            self.close_connection = True
+            log_client(self.client_address, f"{line} not delivered: client disconnected ({type(exc).__name__})")
+            return
+        log_client(self.client_address, line)
+
+    def _authorised(self) -> bool:
+        """Whether the request carries the right token (401 else); a connection closed to make
+        room while its head arrived is dropped without a word (its closing was logged)."""
+        admission = self.server.admission
+        scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
+        if self.expected is None or (scheme.lower() == "bearer"
+                                     and hmac.compare_digest(given.strip().encode(), self.expected)):
+            if admission.authenticate(self.connection):
+                return True
+            self.close_connection = True
             return False
+        self.close_connection = True
+        if admission.holds(self.connection):
+            self._send(401, {"error": "wrong or missing token"})
+        return False
 
-        def do_GET(self) -> None:
-            if not self._authorised():
-                return
-            if self.path != "/v1/info":
-                self._send(404, {"error": f"no such endpoint {self.path}"})
-                return
-            self._send(200, {"protocol": PROTOCOL, "scorer": scorer.name,
-                             "output_range": range_to_json(scorer.output_range),
-                             "max_batch": max_batch, "max_pixels": max_pixels})
+    def do_GET(self) -> None:
+        if not self._authorised():
+            return
+        if self.path != "/v1/info":
+            self._send(404, {"error": f"no such endpoint {self.path}"})
+            return
+        self._send(200, {"protocol": PROTOCOL, "scorer": self.scorer.name,
+                         "output_range": range_to_json(self.scorer.output_range),
+                         "max_batch": self.max_batch, "max_pixels": self.max_pixels})
 
-        def _content_length(self) -> int | None:
-            """The declared body length, or None once a 411/413 is sent."""
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if 0 < length <= max_body:
-                return length
+    def _content_length(self) -> int | None:
+        """The declared body length, or None once a 411/413 is sent."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if 0 < length <= self.max_body:
+            return length
+        self.close_connection = True
+        self._send(413 if length else 411, {"error": f"body must be 1..{self.max_body} bytes ({self.max_batch} "
+                                                     f"images of at most {self.max_pixels} pixels)"})
+        return None
+
+    def _read_request(self, length: int) -> tuple[list, list[str]] | None:
+        """The images and prompts of a body of ``length`` bytes, read in a reader slot; None once an
+        error is sent. A slot is waited for at most ``timeout`` (503); the body's deadline and rate
+        windows start once it has one (``RequestReader.start_body``): a late or slow body raises
+        RequestDeadline (408), which frees the slot."""
+        from recast_cli.images import ImageTooLarge
+
+        if not self.reading.acquire(timeout=self.timeout):
             self.close_connection = True
-            self._send(413 if length else 411, {"error": f"body must be 1..{max_body} bytes "
-                                                         f"({max_batch} images of at most {max_pixels} pixels)"})
+            self._send(503, {"error": "busy: too many requests being read; retry"})
             return None
-
-        def _read_request(self, length: int) -> tuple[list, list[str]] | None:
-            """The images and prompts of a body of ``length`` bytes, read in a reader slot; None once an
-            error is sent. A slot is waited for at most ``timeout`` (503); the body's deadline and rate
-            windows start once it has one (``RequestReader.start_body``): a late or slow body raises
-            RequestDeadline (408), which frees the slot."""
-            if not reading.acquire(timeout=timeout):
+        self.reader.start_body(length)
+        try:
+            body = self.rfile.read(length)
+            if len(body) < length:
                 self.close_connection = True
-                self._send(503, {"error": "busy: too many requests being read; retry"})
+                self._send(400, {"error": f"body ended after {len(body)} of {length} bytes"})
                 return None
-            self.reader.start_body(length)
-            try:
-                body = self.rfile.read(length)
-                if len(body) < length:
-                    self.close_connection = True
-                    self._send(400, {"error": f"body ended after {len(body)} of {length} bytes"})
-                    return None
-                return _parse_score_request(body, max_batch, max_pixels)
-            except ImageTooLarge as exc:
-                self.close_connection = True
-                self._send(413, {"error": str(exc)})
-            except BadInput as exc:
-                self._send(400, {"error": str(exc)})
-            finally:
-                reading.release()
-            return None
+            return _parse_score_request(body, self.max_batch, self.max_pixels)
+        except ImageTooLarge as exc:
+            self.close_connection = True
+            self._send(413, {"error": str(exc)})
+        except BadInput as exc:
+            self._send(400, {"error": str(exc)})
+        finally:
+            self.reading.release()
+        return None
 
-        def do_POST(self) -> None:
-            if not self._authorised():
-                return
-            if self.path != "/v1/score":
-                self.close_connection = True
-                self._send(404, {"error": f"no such endpoint {self.path}"})
-                return
-            length = self._content_length()
-            parsed = None if length is None else self._read_request(length)
-            if parsed is None:
-                return
-            images, prompts = parsed
-            try:
-                with lock:
-                    scores = scorer.score(images, prompts)
-                    extras = scorer.extras()
-                payload = {"scores": [float(s) for s in scores], "extras": extras}
-                json.dumps(payload, allow_nan=False)  # a NaN score fails here, as a 500, not mid-reply
-            except BadInput as exc:
-                self._send(400, {"error": str(exc)})
-                return
-            except Exception as exc:  # report any scorer failure as 500 and keep serving
-                traceback.print_exc()
-                self._send(500, {"error": f"internal error: {type(exc).__name__}"})
-                return
-            self._send(200, payload)
+    def do_POST(self) -> None:
+        if not self._authorised():
+            return
+        if self.path != "/v1/score":
+            self.close_connection = True
+            self._send(404, {"error": f"no such endpoint {self.path}"})
+            return
+        length = self._content_length()
+        parsed = None if length is None else self._read_request(length)
+        if parsed is None:
+            return
+        images, prompts = parsed
+        try:
+            with self.scoring:
+                scores = self.scorer.score(images, prompts)
+                extras = self.scorer.extras()
+            payload = {"scores": [float(s) for s in scores], "extras": extras}
+            json.dumps(payload, allow_nan=False)  # a NaN score fails here, as a 500, not mid-reply
+        except BadInput as exc:
+            self._send(400, {"error": str(exc)})
+            return
+        except Exception as exc:  # report any scorer failure as 500 and keep serving
+            traceback.print_exc()
+            self._send(500, {"error": f"internal error: {type(exc).__name__}"})
+            return
+        self._send(200, payload)
 
-    return Handler
+
+def _handler(scorer: Scorer, token: str | None, max_batch: int, max_pixels: int, timeout: float, readers: int,
+             pace: Pace) -> type[RewardHandler]:
+    """The request handler class of one server: a subclass of :class:`RewardHandler` holding its scorer,
+    token, limits and pace, and its own scoring lock and reader slots (shared by that server's threads)."""
+    max_body = body_limit(max_batch, max_pixels)
+    return type("Handler", (RewardHandler,), {
+        "scorer": scorer,
+        "expected": token.encode() if token else None,
+        "max_batch": max_batch,
+        "max_pixels": max_pixels,
+        "max_body": max_body,
+        "timeout": timeout,
+        "request_pace": pace.covering(max_body),  # a client keeping the floor finishes the largest body
+        "scoring": threading.Lock(),  # scorers hold one model each: score one request at a time
+        "reading": threading.BoundedSemaphore(readers),  # bodies in memory at once
+    })
 
 
 def _parse_score_request(body: bytes, max_batch: int = MAX_BATCH,

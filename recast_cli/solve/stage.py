@@ -14,12 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from recast_cli.artifacts import MODES, WEIGHTS_SCHEMA, Source, WeightMatrix, claim_output, read_gains, write_weights
+from recast_cli.artifacts import (MODES, WEIGHTS_SCHEMA, GainTable, Source, WeightMatrix, claim_output, read_gains,
+                                  write_weights)
 from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.grid import GRID_KINDS, GridSpec
-from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, SinkhornError, resample_gains, solve_weights, spill_share
+from recast_cli.solve.sinkhorn import (DEFAULT_FLOOR, SinkhornError, SinkhornResult, resample_gains, solve_weights,
+                                       spill_share)
 
 #: The largest ratio between two budgets: beyond it λ̂ of the smallest is lost to rounding.
 MAX_LAMBDA_RATIO = 1e12
@@ -81,6 +83,47 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
     ``skip_clean`` = K leaves the K cleanest steps untrained: they get W = 0 and the solve runs
     over the other T' = T − K columns (rows λ̂, trained columns 1/T'), as the trainer needs.
     """
+    _check_options(mode=mode, kernel=kernel, tau=tau, steps=steps, skip_clean=skip_clean, floor=floor, grid=grid,
+                   shift=shift, mu=mu)
+    out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains])
+    table = read_gains(gains)
+    lam = _budgets(lam_text, table.rewards)
+    spec = None
+    if steps is None and grid is None and shift is None and mu is None:
+        sigmas, gain = table.sigmas, table.gain
+    else:
+        spec = _target_grid(table.meta.get("grid"), grid, shift, gains, mu)
+        sigmas = spec.sigmas(steps if steps is not None else table.T)
+        gain = table.gain if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, table.gain, sigmas)
+    T = len(sigmas) - 1
+    if skip_clean >= T:
+        raise BadInput(f"--skip-clean {skip_clean} leaves no trained step on a T = {T} grid (use 0 … {T - 1})")
+    noise = None
+    if table.D_lo is not None and table.D_hi is not None:
+        noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
+    solution = _solve(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean, kernel=kernel)
+    warnings = _indiscriminable(table.rewards, solution, gain[:, skip_clean:].sum(axis=1), floor=floor,
+                                with_noise=noise is not None)
+    weights = WeightMatrix(
+        W=solution.W,
+        gain=gain,
+        rewards=table.rewards,
+        lam=tuple(float(x) for x in lam),
+        mode=mode,
+        tau=tau,
+        sigmas=sigmas[::-1].copy(),
+        info=_solve_info(solution, table, gain, floor=floor, skip_clean=skip_clean, kernel=kernel),
+        trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel,
+    )
+    config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
+              "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
+    provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
+    return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
+
+
+def _check_options(*, mode: str, kernel: str, tau: float, steps: int | None, skip_clean: int, floor: float,
+                   grid: str | None, shift: float | None, mu: float | None) -> None:
+    """BadInput for a solve-w option out of its range, before any file is claimed or read."""
     if mode not in MODES:
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if kernel not in KERNELS:
@@ -96,44 +139,49 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
     if mu is not None and not math.isfinite(mu):
         raise BadInput(f"--mu must be a finite number, got {mu!r}")
-    out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains])
-    table = read_gains(gains)
-    lam = parse_lambda(lam_text, table.rewards)
+
+
+def _budgets(lam_text: str, rewards: tuple[str, ...]) -> np.ndarray:
+    """λ of ``--lambda`` (:func:`parse_lambda`), refused when the budgets span more than ``MAX_LAMBDA_RATIO``."""
+    lam = parse_lambda(lam_text, rewards)
     if np.log10(lam.max()) - np.log10(lam.min()) > np.log10(MAX_LAMBDA_RATIO):
         raise BadInput(f"--lambda: the budgets span more than {MAX_LAMBDA_RATIO:g}x (largest {lam.max():g}, smallest "
                        f"{lam.min():g}); the smallest would get no weight: give them on a common scale")
+    return lam
 
-    spec = None
-    if steps is None and grid is None and shift is None and mu is None:
-        sigmas, gain = table.sigmas, table.gain
-    else:
-        spec = _target_grid(table.meta.get("grid"), grid, shift, gains, mu)
-        sigmas = spec.sigmas(steps if steps is not None else table.T)
-        gain = table.gain if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, table.gain, sigmas)
 
-    T = len(sigmas) - 1
-    if skip_clean >= T:
-        raise BadInput(f"--skip-clean {skip_clean} leaves no trained step on a T = {T} grid (use 0 … {T - 1})")
-    noise = None
-    if table.D_lo is not None and table.D_hi is not None:
-        noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
-    try:  # every failure here comes from the inputs (gains, λ, τ): one line and exit 2, never a numpy warning
+def _solve(gain: np.ndarray, lam: np.ndarray, *, mode: str, tau: float, floor: float, noise: np.ndarray | None,
+           skip_clean: int, kernel: str) -> SinkhornResult:
+    """``solve_weights`` with every numeric failure turned into one line: it comes from the inputs (gains,
+    λ, τ), so it is BadInput (exit 2), never a numpy warning or a traceback."""
+    try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
-            solution = solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean,
-                                     kernel=kernel)
+            return solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean,
+                                 kernel=kernel)
     except (SinkhornError, FloatingPointError):
         form = "exp(ΔD̄/τ)" if kernel == "exp" else "ΔD̄^(1/τ)"
         raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel {form} is degenerate and "
                        f"Sinkhorn cannot balance it; use a larger --tau (default {DEFAULT_TAU:g})") from None
-    totals = gain[:, skip_clean:].sum(axis=1)
-    warnings = [
+
+
+def _indiscriminable(rewards: tuple[str, ...], solution: SinkhornResult, totals: np.ndarray, *, floor: float,
+                     with_noise: bool) -> list[str]:
+    """One warning per reward the solve found indiscriminable (its ``totals`` gain on the trained steps
+    below the floor, or below its bootstrap noise ``with_noise``): its row of W is uniform."""
+    return [
         f"reward {name!r} is indiscriminable (total gain {totals[i]:.3g} is below the floor "
-        f"{floor:g} x the largest total{' or its bootstrap noise' if noise is not None else ''}); "
+        f"{floor:g} x the largest total{' or its bootstrap noise' if with_noise else ''}); "
         f"its row of W is uniform"
-        for i, name in enumerate(table.rewards) if solution.indiscriminable[i]
+        for i, name in enumerate(rewards) if solution.indiscriminable[i]
     ]
+
+
+def _solve_info(solution: SinkhornResult, table: GainTable, gain: np.ndarray, *, floor: float, skip_clean: int,
+                kernel: str) -> dict[str, Any]:
+    """What W's ``info`` records of the solve: Sinkhorn's iterations and error, the indiscriminable rewards,
+    each reward's spill share on the trained steps (METHOD.md §5), and whether the gains were resampled."""
     spill = spill_share(solution.W[:, skip_clean:], gain[:, skip_clean:])
-    info = {
+    return {
         "iterations": solution.iterations,
         "marginal_error": solution.error,
         "floor": floor,
@@ -143,21 +191,6 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         "resampled": gain is not table.gain,
         "kernel": kernel,
     }
-    weights = WeightMatrix(
-        W=solution.W,
-        gain=gain,
-        rewards=table.rewards,
-        lam=tuple(float(x) for x in lam),
-        mode=mode,
-        tau=tau,
-        sigmas=sigmas[::-1].copy(),
-        info=info,
-        trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel,
-    )
-    config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
-              "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
-    provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
-    return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
 
 
 def static_matrix(rewards: tuple[str, ...], lam: tuple[float, ...], sigmas_desc: np.ndarray, skip_clean: int,

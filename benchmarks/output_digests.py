@@ -8,8 +8,9 @@ The chain covers every stage on the worlds that run here: the toy world (rendere
 sampled gains, W, Fig. 1, D curves, two training runs, an evaluation, `inspect --json` of every
 artifact kind) and the analytic worlds (the exact gmm1d table, W on it, and a whole flow1d study
 through `study-makefile` + make: exact and sampled gains, W per mode, runs, curve evaluations,
-the report; the same study through `recast study`; the shipped twoscale studies' Make graphs). ``SOURCE_DATE_EPOCH`` pins ``created_at``; files that hold wall-clock times by
-nature (TensorBoard event files, run logs) are listed by name only.
+the report; the same study through `recast study`; the shipped twoscale studies' Make graphs).
+``SOURCE_DATE_EPOCH`` pins ``created_at``; files that hold wall-clock times by nature (TensorBoard
+event files, run logs) are listed by name only, and a cell's engine seconds are masked.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ SHA256 = re.compile(rb"[0-9a-f]{64}")
 #: An evaluation's run id hashes the adapter file's sha256, whose safetensors header is ordered by
 #: a hash map (arbitrary per process): masked like the digests themselves.
 RUN_ID = re.compile(rb"(run_id\W{1,8})[0-9a-f]{16}")
+#: A study cell records the seconds its engine ran (``engine.wall_s``), JSON inside JSON: masked.
+WALL = re.compile(rb'(wall_s\\*"\s*:\s*)[-0-9.eE+]+')
 
 
 def canonical(path: Path, work: Path) -> bytes:
@@ -150,7 +153,7 @@ def canonical(path: Path, work: Path) -> bytes:
         data = json.dumps(header, sort_keys=True).encode() + data[8 + size:]
     data = SHA256.sub(b"x" * 64, data.replace(str(work).encode(), b"WORK"))
     data = re.sub(rb"sha256:[0-9a-f]{12}", b"sha256:" + b"x" * 12, data)  # inspect's short digests
-    return RUN_ID.sub(rb"\1" + b"x" * 16, data)
+    return WALL.sub(rb"\1x", RUN_ID.sub(rb"\1" + b"x" * 16, data))
 
 
 def canonical_state(path: Path) -> bytes:

@@ -31,7 +31,8 @@ copy keeps every table, reward, judge and λ list of the original, with
 
 ``recast check-setting`` must pass on each copy; then the study's Make graph
 (``recast study-makefile`` + ``make -f``, what ``make all SETTING=S`` runs) must run to the
-report, which names all four training rewards and the judges. To keep CI inside its time, only the
+report, which names all four training rewards and the judges, and resume after a kill doing only
+what was left (the image route's one end-to-end run: tests/test_study.py checks the graph's text). To keep CI inside its time, only the
 ocr copy runs end to end; the geneval copy's graph is checked with ``make -n`` (its own pieces, the
 ``self`` positives and the GenEval server protocol, have tests of their own: tests/positives/test_sir.py,
 tests/rewards/).
@@ -320,6 +321,8 @@ def test_paper_study_runs_end_to_end_over_tiny_standins(tree, fakes, name):
     assert graph.returncode == 0, graph.stderr
     mk = tree / f"{name}.mk"
     mk.write_text(graph.stdout)
+    solves = [line for line in graph.stdout.splitlines() if " solve-w " in line]
+    assert solves and all(" --kernel exp " in line for line in solves)  # the plan's kernel, passed on
     if name == "geneval":  # its graph, checked without running it: the run end to end is ocr's (CI time)
         planned = _run(["make", "-f", str(mk), "-n", "all"], tree, 120)
         assert planned.returncode == 0, planned.stderr[-3000:]
@@ -350,3 +353,22 @@ def test_paper_study_runs_end_to_end_over_tiny_standins(tree, fakes, name):
     used = {k: fakes.calls[k] - before[k] for k in fakes.calls}
     assert used["unifiedreward"] > 0 and all(used[j] > 0 for j in REMOTE_JUDGES), used
     assert used["geneval"] == 0, used  # ocr trains no geneval reward
+    _resumes_only_what_a_kill_left_undone(mk, tree, root)
+
+
+def _resumes_only_what_a_kill_left_undone(mk: Path, tree: Path, root: Path) -> None:
+    """Nothing is left to do; then, as a kill mid-way would leave it, the ReCAST run's stamp and its
+    evaluation are gone: a second make redoes only them, its D estimate (Table 6) and the report."""
+    again = _run(["make", "-f", str(mk), "--question", "all"], tree, 120)
+    assert again.returncode == 0, again.stdout
+    gains = (root / "gains.parquet").stat().st_mtime_ns
+    static = (root / "evals" / "1-1-1-2" / "static-s0.parquet").stat().st_mtime_ns
+    (root / "runs" / "1-1-1-2" / "recast-s0" / ".done").unlink()
+    (root / "evals" / "1-1-1-2" / "recast-s0.parquet").unlink()
+    resumed = _run(["make", "-f", str(mk), "-j", "2", "all"], tree, 900)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    recipes = [line for line in resumed.stdout.splitlines() if " --out " in line]
+    redone = sorted(line.split(" --out ")[1].split()[0].rsplit("/", 3)[-1] for line in recipes)
+    assert redone == ["1-1-1-2-recast-s0.parquet", "recast-s0", "recast-s0.parquet", "report"], redone
+    assert (root / "gains.parquet").stat().st_mtime_ns == gains
+    assert (root / "evals" / "1-1-1-2" / "static-s0.parquet").stat().st_mtime_ns == static

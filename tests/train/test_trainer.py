@@ -296,10 +296,9 @@ def _cxx_compiler() -> bool:
     return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 
 
-@pytest.mark.parametrize("backend", [
-    "aot_eager",
-    pytest.param("inductor", marks=pytest.mark.skipif(not _cxx_compiler(), reason="inductor on CPUs needs a C++ compiler")),
-])
+# inductor, the default backend, where a C++ compiler makes it run on CPUs, else aot_eager (which
+# tests/test_preflight.py also trains with, compiled, in every phase)
+@pytest.mark.parametrize("backend", ["inductor" if _cxx_compiler() else "aot_eager"])
 def test_a_compiled_run_follows_the_eager_run(train_setting, cfg, tmp_path, backend):
     """``compile = true`` runs the same training through the compiled denoiser (graphs really built)."""
     from torch._dynamo.utils import counters

@@ -54,7 +54,7 @@ BOUNDS: dict[str, Bound] = {
     "max_sequence_length": Bound(1, 8192, "[policy] max_sequence_length"),
     "features": Bound(1, 32, "[policy] features (flow1d)"),
     "hidden": Bound(1, 4096, "[policy] hidden (flow1d)"),
-    "training_steps": Bound(1, 1_000_000, "train --max-steps, [train] max_steps; toy pretrain --steps, --vae-steps"),
+    "training_steps": Bound(1, 1_000_000, "train --max-steps, [train] max_steps, stall_window, stall_smoothing; toy pretrain --steps, --vae-steps"),
     "warmup_steps": Bound(0, 1_000_000, "[train] warmup_steps, [study] warmup_steps"),
     "checkpoint": Bound(0, 1_000_000, "evaluate --checkpoint"),
     "save_every": Bound(1, 1_000_000, "train --save-every, [train] save_every"),

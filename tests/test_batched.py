@@ -147,8 +147,12 @@ def test_study_writes_cells_and_a_report_and_resumes(tmp_path):
     assert cell.meta["train"]["learning_rate"] == 1e-2
     assert read_cell(out / "cells" / "1-1-static-g2.parquet").meta["train"]["learning_rate"] == 3e-2
     assert read_cell(out / "cells" / "1-1-static-g4.parquet").meta["train"]["learning_rate"] == 2e-2
-    csv = (out / "report" / "endpoints.csv").read_text().splitlines()
-    assert csv[0] == "<!-- recast.report/1 -->" and len(csv) == 2 + 12 * 2  # mark, header, 12 cells × 2 seeds
+    import pandas as pd
+
+    table = pd.read_csv(out / "report" / "endpoints.csv")  # a plain CSV: one row per cell and seed
+    assert len(table) == 12 * 2 and set(table["arm"]) == {"static", "recast-power", "reversed-power"}
+    assert {"lambda_coarse", "lambda_fine", "ode_fine", "sde_coarse", "gain_fine", "worst_gain", "lost"} <= set(table)
+    assert (table["worst_gain"] == table[["gain_coarse", "gain_fine"]].min(axis=1)).all()
     report = (out / "report" / "report.md").read_text()
     assert "recast-power − static" in report and "reversed-power − static" in report and "G = 2" in report
     # done cells are kept; a removed one is run again
@@ -177,7 +181,11 @@ def test_a_cell_of_another_study_is_refused(tmp_path):
 @pytest.mark.parametrize("study, args, message", [
     ('modes = ["static"]\ngroup_sizes = [3]', (), "does not divide"),
     ('arms = ["static", "recast:cubic"]', (), "kernel must be one of"),
-    ('arms = ["sideways"]', (), "MODE[:KERNEL[:GAINS]]"),
+    ('arms = ["sideways"]', (), "MODE[:KERNEL[:GAINS[:shrinkγ]]]"),
+    ('arms = ["static", "recast:power:exact:shrink1.5"]', (), "shrinkγ with γ in (0, 1)"),
+    ('modes = ["static"]\nlearning_rate_ladder = [0.02, 0.01]', (), "ascending"),
+    ('modes = ["static"]\nlearning_rate_ladder = [0.01]\nlearning_rates = {"static" = 0.1}', (), "excludes"),
+    ('modes = ["static"]\nlost_delta = 1.5', (), "lost_delta must lie in (0, 1)"),
     ('modes = ["static"]\nlearning_rates = {"recast" = 0.1}', (), "names no arm"),
     ('modes = ["static"]', ("--seeds", "4:4"), "distinct seeds"),
     ('modes = ["static"]', ("--seeds", "x"), "LO:HI"),

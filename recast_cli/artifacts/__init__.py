@@ -61,7 +61,8 @@ from recast_cli.artifacts.judgements import JUDGEMENTS_SCHEMA, Pair, Verdict, re
 from recast_cli.artifacts.parts import bad_piece, finish_parts, open_parts, parts_dir, read_array_piece
 from recast_cli.artifacts.kinds import FOLDER_MARKERS, READERS, artifact_kind, artifact_schema
 from recast_cli.artifacts.outputs import (
-    FIGURE_SCHEMA, IMAGE_SCHEMA, PNG_SCHEMA_KEY, REPORT_MARK, REPORT_SCHEMA, claim_output, claim_folder, png_text,
+    ENDPOINTS_SCHEMA, FIGURE_SCHEMA, IMAGE_SCHEMA, PNG_SCHEMA_KEY, REPORT_MARK, REPORT_SCHEMA, claim_output, claim_folder,
+    png_text,
     refuse_foreign_file,
 )
 
@@ -84,6 +85,6 @@ __all__ = [
     "artifact_schema", "METRICS_SCHEMA", "read_metrics", "write_metrics", "bad_piece", "finish_parts", "open_parts",
     "parts_dir", "read_array_piece", "IMAGE_SCORES_SCHEMA", "ImageScores",
     "read_image_scores", "write_image_scores", "JUDGEMENTS_SCHEMA", "Pair", "Verdict", "read_judgements",
-    "write_judgements", "FIGURE_SCHEMA", "IMAGE_SCHEMA", "PNG_SCHEMA_KEY", "REPORT_MARK", "REPORT_SCHEMA", "claim_output",
+    "write_judgements", "ENDPOINTS_SCHEMA", "FIGURE_SCHEMA", "IMAGE_SCHEMA", "PNG_SCHEMA_KEY", "REPORT_MARK", "REPORT_SCHEMA", "claim_output",
     "claim_folder", "png_text", "refuse_foreign_file",
 ]

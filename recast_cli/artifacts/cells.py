@@ -4,7 +4,8 @@ by the batched engine (``recast study``), one Parquet row per (seed, step, phase
 ``phase`` is ``sde`` or ``ode`` for an evaluation of the seed's policy at a checkpoint (``quantity``
 a reward or ``aggregate``; ``value`` the mean over the cell's n evaluation samples, ``std`` their
 std), and ``train`` for a training iteration (``quantity`` one of :data:`TRAIN_QUANTITIES` or
-``reward/NAME``; ``std`` null). Everything else — the arm, λ, W, the recipe, the evaluation's n
+``reward/NAME``, the batch mean of a reward, or ``reward_spread/NAME``, its within-group std pooled
+over the groups — cell format 3 on; ``std`` null). Everything else — the arm, λ, W, the recipe, the evaluation's n
 and seeds, the first iteration's gradient statistics — is in the metadata.
 """
 
@@ -39,7 +40,10 @@ TRAIN_QUANTITIES = ("aggregate", "policy_loss", "kl", "clip_frac", "loss", "grad
 #: The version of what a cell holds for given inputs (the batched engine's computation and the table):
 #: raised whenever the same setting, W and seeds would give other numbers, so that ``recast study``
 #: never reuses a cell an older recast computed otherwise.
-CELL_FORMAT = 2
+CELL_FORMAT = 3  # 3: the base policy's evaluation, each reward's range and gradient signal-to-noise
+#: The report's lost reward (issue 42): a reward whose final ODE value closes less than this share of the
+#: gap between the base policy's value and the reward's ceiling (``[study] lost_delta``).
+DEFAULT_LOST_DELTA = 0.25
 #: The metadata key of the digest of each input that determined the cell (``recast study``'s reuse check).
 MADE_FROM = "made_from"
 #: What a cell's metadata must say.
@@ -115,7 +119,8 @@ def validate_cell(table: CellTable, where: str = "cell table") -> None:
             raise BadInput(f"{where}: {name} has shape {np.shape(values)}, expected {(S, K, m + 1)}")
         check_finite(name, np.asarray(values, dtype=np.float64), where)
     wanted = {*TRAIN_QUANTITIES, *(f"reward/{r}" for r in table.rewards)}
-    if set(table.train) != wanted:
+    spreads = {f"reward_spread/{r}" for r in table.rewards}  # cell format 3 on; an older cell has none
+    if set(table.train) not in (wanted, wanted | spreads):
         raise BadInput(f"{where}: training quantities {sorted(table.train)}, expected {sorted(wanted)}")
     for name, values in table.train.items():
         if np.shape(values) != (S, len(table.steps)):

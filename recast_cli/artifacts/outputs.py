@@ -37,6 +37,12 @@ IMAGE_SCHEMA = "recast.image/1"
 #: ``recast report``'s report.md starts with this line.
 REPORT_SCHEMA = "recast.report/1"
 REPORT_MARK = f"<!-- {REPORT_SCHEMA} -->"
+#: ``recast report``'s endpoints.csv of a study: a plain CSV (a comment line would stop a plain
+#: ``pandas.read_csv``), recognised by its header, whose columns start with ``ENDPOINTS_HEAD`` and
+#: hold ``ENDPOINTS_MIDDLE`` (a file of an older recast, which began with ``REPORT_MARK``, also counts).
+ENDPOINTS_SCHEMA = "recast.endpoints/1"
+ENDPOINTS_HEAD = "arm,lambda_"
+ENDPOINTS_MIDDLE = ",seed,primary,secondary,worst_gain,lost,lost_rewards,"
 #: The text-chunk keyword that carries a PNG's schema tag.
 PNG_SCHEMA_KEY = "schema"
 
@@ -105,6 +111,11 @@ def declared_schema(path: Path, expected: str) -> str | None:
         if expected == REPORT_SCHEMA:
             with open(path, "rb") as fh:
                 return REPORT_SCHEMA if fh.readline(len(REPORT_MARK) + 2).strip() == REPORT_MARK.encode() else None
+        if expected == ENDPOINTS_SCHEMA:
+            with open(path, "rb") as fh:
+                head = fh.readline(1 << 16).decode("utf-8", "replace").strip()
+            ours = head == REPORT_MARK or (head.startswith(ENDPOINTS_HEAD) and ENDPOINTS_MIDDLE in head)
+            return ENDPOINTS_SCHEMA if ours else None
         if path.suffix == ".json":
             with open(path, "rb") as fh:
                 raw = json_loads(fh.read(1 << 20), str(path))

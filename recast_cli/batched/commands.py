@@ -66,7 +66,7 @@ def study_command(
     elif report:
         from recast_cli.report import make_report
 
-        written = make_report(paths, out_dir / "report")
+        written = make_report(paths, out_dir / "report", lost_delta=plan.study.lost_delta)
         out.print(f"wrote {written[0]}")
 
 

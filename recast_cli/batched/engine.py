@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from recast_cli.batched.gradients import measured_iterations, reward_gradients, summarise
 from recast_cli.errors import BadInput
 from recast_cli.policy.flow1d import DTYPE, X_SCALE, ResidualMLP
 from recast_cli.policy.sde import sde_step
@@ -39,6 +40,7 @@ from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.seeds import hashed_normal, train_seeds, update_rng
 from recast_cli.train.config import TrainConfig
 from recast_cli.train.objective import PairLoss, group_advantages, pair_loss, step_advantages
+from recast_cli.train.stall import group_spread
 
 #: (seed, pair) elements per forward/backward of the update: bounds the activations' memory
 #: (about 1 KiB each) whatever S and the pairs per step; the sum over micro-batches is the same loss.
@@ -151,12 +153,16 @@ class Cell:
 class CellResult:
     """Per seed: the training rows (one per iteration), the evaluation rows (one per checkpoint and
     sampler), the final networks, and the first iteration's gradients (all seeds start from the same
-    network, so their spread is the spread of the gradient estimator itself)."""
+    network, so their spread is the spread of the gradient estimator itself). For the cell: the base
+    policy's evaluation (every seed starts from it) and each reward's gradient signal and noise at four
+    iterations (``batched.gradients``)."""
 
     train: list[dict]
     evals: list[dict]
     final: list[torch.Tensor]
     first_gradients: np.ndarray  # [S, parameters], before clipping
+    base: dict[str, list[float]] = field(default_factory=dict)  # sampler → the base policy's [m + 1] means
+    reward_gradients: dict = field(default_factory=dict)  # gradients.summarise of the measured iterations
 
 
 class BatchedTrainer:
@@ -185,6 +191,7 @@ class BatchedTrainer:
         self.score = cell.world.reward_value
         self.iteration = 0
         self.first_gradients = np.zeros((self.S, 0))
+        self.measured: tuple[list[int], list[np.ndarray], list[np.ndarray]] = ([], [], [])
 
     # ------------------------------------------------------------------ the policy
 
@@ -320,11 +327,18 @@ class BatchedTrainer:
             group["lr"] = lr
         states, log_probs, exact = self.sample(iteration)
         rewards = self.rewards(states[:, :, -1])
-        _, adv_t = self.advantages(rewards)
+        adv, adv_t = self.advantages(rewards)
+        if iteration in measured_iterations(self.cfg.max_steps):
+            measured = reward_gradients(self, states, exact, adv)
+            if measured is not None:
+                for kept, value in zip(self.measured, (iteration + 1, *measured)):
+                    kept.append(value)
         stats = self.update(states, log_probs, exact, adv_t, iteration)
         self.iteration = iteration + 1
         means = rewards.mean(dim=1).numpy()  # [S, m]
+        spreads = group_spread(rewards.numpy(), self.cfg.group_size)  # [S, m]: the stall detector's scale
         stats.update({f"reward/{name}": means[:, i] for i, name in enumerate(self.cfg.rewards)})
+        stats.update({f"reward_spread/{name}": spreads[:, i] for i, name in enumerate(self.cfg.rewards)})
         stats["aggregate"] = means @ self.lam
         return stats
 
@@ -334,7 +348,7 @@ class BatchedTrainer:
     def evaluate(self, params: Sequence[torch.Tensor], noise_level: float) -> tuple[np.ndarray, np.ndarray]:
         """Each seed's mean and std of every reward and the aggregate Σλ·r over the n evaluation
         trajectories (seeds ``eval_seed + k``, the same for every seed): ([S, m+1], [S, m+1])."""
-        cell, S, T = self.cell, self.S, self.T
+        cell, S, T = self.cell, len(params[0]), self.T  # S: the networks in ``params`` (one: the base policy)
         seeds = np.arange(cell.eval_n, dtype=np.int64) + cell.eval_seed
         width = max(1, EVAL_ELEMENTS // S)
         sums = np.zeros((S, len(self.lam) + 1))
@@ -373,6 +387,8 @@ class BatchedTrainer:
                                   **{name: float(mean[s, k]) for k, name in enumerate(names)},
                                   **{f"{name}_std": float(std[s, k]) for k, name in enumerate(names)}})
 
+        base = {sampler: self.evaluate([p[:1] for p in self.net.params], level)[0][0].tolist()
+                for sampler, level in (("sde", self.cell.noise_level), ("ode", 0.0))}
         while self.iteration < cfg.max_steps:
             stats = self.train_step()
             it = self.iteration
@@ -383,4 +399,5 @@ class BatchedTrainer:
             if progress is not None:
                 progress(it)
         add_eval(self.iteration, "ode", self.net.params)
-        return CellResult(train_rows, eval_rows, self.net.snapshot(), self.first_gradients)
+        return CellResult(train_rows, eval_rows, self.net.snapshot(), self.first_gradients, base,
+                          summarise(*self.measured, tuple(cfg.rewards)) if self.measured[0] else {})

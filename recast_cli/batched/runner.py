@@ -37,7 +37,7 @@ from recast_cli.errors import BadInput
 from recast_cli.policy.world1d import World1D
 from recast_cli.setting.load import Setting, digest, file_digest, load_setting, policy_inputs, world_of
 from recast_cli.study.spec import ESTIMATE_KEYS, EXACT_KEYS, ArmSpec, StudySpec, load_study
-from recast_cli.train.config import TrainConfig, config_from_setting, skip_clean_of, trained_steps
+from recast_cli.train.config import STALL_KEYS, TrainConfig, config_from_setting, skip_clean_of, trained_steps
 
 #: ``OUT/study.json``: the digests of the inputs of every gain table and W file of the study
 RECORD_NAME = "study.json"
@@ -55,6 +55,7 @@ class CellPlan:
     group_size: int
     weights: Path
     cfg: TrainConfig
+    rung: bool = False  # a rung of [study] learning_rate_ladder: the report sets its cells apart by rate
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def plan_study(setting_name: str, out: Path, seeds: tuple[int, ...] | None = Non
     cells = tuple(CellPlan(c.name, out / "cells" / f"{c.name}.parquet", c.arm, c.budget, c.group_size,
                            out / "W" / f"{c.weights_name}.safetensors",
                            replace(base, lam=c.budget, learning_rate=c.learning_rate, group_size=c.group_size,
-                                   prompts_per_step=c.prompts_per_step))
+                                   prompts_per_step=c.prompts_per_step), c.rung)
                   for c in planned)
     return StudyPlan(setting, study, out, cells, tuple(seeds or study.seeds), study.eval_n or evaluation.n,
                      evaluation.seed)
@@ -151,7 +152,7 @@ def prepare_weights(plan: StudyPlan, quiet: bool = False, force: bool = False) -
         estimate_stage.estimate(cfg, opts, gains["estimate"], quiet=quiet)
     skip = skip_clean_of(T, plan.cells[0].cfg.train_fraction)
     for cell in plan.cells:
-        if cell.weights.is_file():
+        if cell.weights.is_file():  # one W per budget × arm: the cells of every G and rate share it
             continue
         cell.weights.parent.mkdir(parents=True, exist_ok=True)
         lam = ",".join(f"{x:g}" for x in cell.budget)
@@ -165,7 +166,7 @@ def prepare_weights(plan: StudyPlan, quiet: bool = False, force: bool = False) -
                           sources=[setting.file])
         else:
             solve_w(gains[cell.arm.gains], lam, cell.weights, mode=cell.arm.mode, tau=study.tau, steps=T,
-                    skip_clean=skip, kernel=cell.arm.kernel)
+                    skip_clean=skip, kernel=cell.arm.kernel, shrink=cell.arm.shrink)
 
 
 def gain_paths(plan: StudyPlan) -> dict[str, Path]:
@@ -196,7 +197,8 @@ def weights_inputs(plan: StudyPlan, cell: CellPlan) -> dict[str, str]:
     inputs = {"format": str(CELL_FORMAT)} if static else gain_inputs(plan, cell.arm.gains)
     T = plan.setting.policy.steps
     inputs["[study] W options"] = digest({
-        "arm": [cell.arm.mode, cell.arm.kernel, cell.arm.gains], "lambda": cell.budget, "rewards": plan.study.rewards,
+        "arm": [cell.arm.mode, cell.arm.kernel, cell.arm.gains, cell.arm.shrink], "lambda": cell.budget,
+        "rewards": plan.study.rewards,
         "tau": None if static else plan.study.tau, "T": T, "skip": skip_clean_of(T, plan.cells[0].cfg.train_fraction)})
     return inputs
 
@@ -207,7 +209,8 @@ def cell_inputs(plan: StudyPlan, cell: CellPlan, w) -> dict[str, str]:
     evaluation, the seeds."""
     from recast_cli.train.plan import weights_key
 
-    recipe = {**asdict(cell.cfg), "prompts": file_digest(cell.cfg.prompts)}
+    recipe = {**{k: v for k, v in asdict(cell.cfg).items() if k not in STALL_KEYS},  # the detector only watches
+              "prompts": file_digest(cell.cfg.prompts)}
     return {**weights_inputs(plan, cell), **policy_inputs(plan.setting), "[train]": digest(recipe),
             "[evaluate] n": digest(plan.eval_n), "[evaluate] seed": digest(plan.eval_seed),
             "seed list": digest(plan.seeds), "W": weights_key(w)}
@@ -315,7 +318,7 @@ def cell_table(plan: StudyPlan, cell: CellPlan, w, result, engine_cell, wall: fl
     """The engine's per-seed rows as a :class:`CellTable` with everything the cell was in its metadata."""
     from recast_cli.train.plan import weights_key
 
-    seeds, rewards = plan.seeds, tuple(cell.cfg.rewards)
+    seeds, rewards, world = plan.seeds, tuple(cell.cfg.rewards), engine_cell.world
     scorers = (*rewards, "aggregate")
     points = tuple(dict.fromkeys((r["step"], r["sampler"]) for r in result.evals))
     at = {(r["seed"], r["step"], r["sampler"]): r for r in result.evals}
@@ -323,7 +326,7 @@ def cell_table(plan: StudyPlan, cell: CellPlan, w, result, engine_cell, wall: fl
     eval_std = np.array([[[at[(s, st, k)][f"{n}_std"] for n in scorers] for st, k in points] for s in seeds])
     steps = tuple(range(1, cell.cfg.max_steps + 1))
     rows = {(r["seed"], r["step"]): r for r in result.train}
-    quantities = (*TRAIN_QUANTITIES, *(f"reward/{n}" for n in rewards))
+    quantities = (*TRAIN_QUANTITIES, *(f"{q}/{n}" for q in ("reward", "reward_spread") for n in rewards))
     train = {q: np.array([[rows[(s, st)][q] for st in steps] for s in seeds]) for q in quantities}
     g = result.first_gradients
     mean_g = g.mean(axis=0)
@@ -339,6 +342,8 @@ def cell_table(plan: StudyPlan, cell: CellPlan, w, result, engine_cell, wall: fl
         "gradient": {"iteration": 1, "mean_sq_norm": signal, "spread": spread,
                      "snr": signal / spread if spread and spread > 0 else None,
                      "what": "first iteration, before clipping: |E g|² and E|g − E g|² over the cell's seeds"},
+        "reward_gradients": result.reward_gradients, "learning_rate": cell.cfg.learning_rate, "rung": cell.rung,
+        "base": result.base, "reward_range": {r: list(world.reward_range(r)) for r in rewards},
         "engine": {"seeds": len(seeds), "wall_s": wall, "torch_threads": threads},
         MADE_FROM: cell_inputs(plan, cell, w),
     }

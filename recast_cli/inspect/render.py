@@ -200,14 +200,29 @@ def render_metrics(m: dict[str, Any], facts: Table) -> Table | None:
     last = m["last_step"]
     facts.add_row("last step", f"loss {_num(last['loss'])}, kl {_num(last['kl'])}, "
                                f"clip_frac {_num(last['clip_frac'])}; mean kl over steps {_num(m['kl_mean'])}")
-    table = Table(title="reward_mean per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    window = m["stall_window"]
+    stalls = [_stall_note(r) for r in m["rewards"] if r["stalled_steps"]]
+    if stalls:
+        facts.add_row("stalls", "; ".join(stalls))
+    table = Table(title=f"reward_mean per reward (progress: smoothed, over the last {window} steps; "
+                        "stalled: at the last step, as the stall detector flagged it)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("reward", style="bold", no_wrap=True)
-    for name in ("first", "last", "min", "max"):
+    for name in ("start", "end", "best", "progress", "stalled"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("over steps (min → max)", no_wrap=True)
     for r in m["rewards"]:
-        table.add_row(r["reward"], _num(r["first"]), _num(r["last"]), _num(r["min"]), _num(r["max"]), r["sparkline"])
+        stalled = "—" if r["stalled"] is None else ("yes" if r["stalled"] else "no")
+        table.add_row(r["reward"], _num(r["first"], ".3g"), _num(r["last"], ".3g"), _num(r["max"], ".3g"),
+                      _num(r["progress"], "+.2g"), stalled, r["sparkline"])
     return table
+
+
+def _stall_note(r: dict[str, Any]) -> str:
+    """A reward the stall detector flagged: since which step it is stalled, or which steps it was."""
+    if r["stalled"]:
+        return f"{r['reward']} stalled since step {r['stalled_since']} ({r['stalled_steps']} steps flagged)"
+    return f"{r['reward']} stalled for {r['stalled_steps']} steps from step {r['first_stalled_step']}, then rose"
 
 
 def render_image_scores(summary: dict[str, Any], facts: Table) -> Table:

@@ -26,9 +26,12 @@ from recast_cli.artifacts import (
 from recast_cli.errors import BadInput
 from recast_cli.solve.sinkhorn import spill_share
 from recast_cli.inspect.load import CheckpointFolder, ParquetArtifact, RunFolder
+from recast_cli.train.stall import DEFAULT_SMOOTHING, DEFAULT_WINDOW, StallRule, StallSpan, progress, recorded_stalls
 
 
 SPARK = "▁▂▃▄▅▆▇█"
+#: The width of a metrics reward's sparkline: its table fits 80 columns beside the progress columns.
+SPARK_WIDTH = 24
 
 
 def sparkline(values: np.ndarray, width: int = 30) -> str:
@@ -151,25 +154,52 @@ def summarise_cell(t: CellTable) -> dict[str, Any]:
     }
 
 
+def _stall_rule(meta: dict[str, Any]) -> StallRule:
+    """The stall detector's window and smoothing the run recorded (``[train] stall_*`` in the metrics'
+    config), each as found when it is a positive integer, else the default."""
+    config = meta.get("config")
+    train = config.get("train") if isinstance(config, dict) else None
+    train = train if isinstance(train, dict) else {}
+
+    def steps(key: str, default: int) -> int:
+        value = train.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else default
+
+    return StallRule(window=steps("stall_window", DEFAULT_WINDOW), smoothing=steps("stall_smoothing", DEFAULT_SMOOTHING))
+
+
+def _reward_progress(name: str, values: dict[int, float | None], rule: StallRule,
+                     stalls: dict[str, StallSpan] | None) -> dict[str, Any]:
+    """One reward's row: its mean per step at the start, the end and its best, its smoothed progress over the
+    last window (``train/stall``), and the stall detector's flags as recorded (None: not recorded)."""
+    curve = np.array([np.nan if values[s] is None else values[s] for s in sorted(values)], dtype=np.float64)
+    finite = curve[np.isfinite(curve)]
+    span = stalls.get(name) if stalls is not None else None
+    return {
+        "reward": name, "steps": len(curve), "first": float(curve[0]), "last": float(curve[-1]),
+        "min": float(finite.min()) if finite.size else None, "max": float(finite.max()) if finite.size else None,
+        "progress": float(progress(curve[:, None], rule.window, rule.smoothing)[-1, 0]),
+        "stalled": None if span is None else span.since is not None,
+        "stalled_steps": None if span is None else span.steps,
+        "first_stalled_step": None if span is None else span.first,
+        "stalled_since": None if span is None else span.since,
+        "sparkline": sparkline(finite - finite.min(), width=SPARK_WIDTH) if finite.size else "",
+    }
+
+
 def summarise_metrics(a: ParquetArtifact) -> dict[str, Any]:
     _require_table_columns(a, ("step", "reward", "reward_mean"))
-    wanted = ("step", "reward", "reward_mean", "aggregate", "loss", "kl", "clip_frac")
-    rows = a.table.select([c for c in wanted if c in a.table.column_names]).to_pylist()
+    wanted = ("step", "reward", "reward_mean", "stall", "aggregate", "loss", "kl", "clip_frac")
+    columns = a.table.select([c for c in wanted if c in a.table.column_names]).to_pydict()
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
     by_step: dict[int, dict[str, Any]] = {}
     series: dict[str, dict[int, float | None]] = {}
     for row in rows:
         by_step.setdefault(row["step"], row)
         series.setdefault(row["reward"], {})[row["step"]] = _float(row["reward_mean"])
     steps = sorted(by_step)
-    rewards = []
-    for name, values in series.items():
-        curve = np.array([np.nan if values[s] is None else values[s] for s in sorted(values)], dtype=np.float64)
-        finite = curve[np.isfinite(curve)]
-        rewards.append({
-            "reward": name, "steps": len(curve), "first": float(curve[0]), "last": float(curve[-1]),
-            "min": float(finite.min()) if finite.size else None, "max": float(finite.max()) if finite.size else None,
-            "sparkline": sparkline(finite - finite.min()) if finite.size else "",
-        })
+    rule, stalls = _stall_rule(a.meta), recorded_stalls(columns)
+    rewards = [_reward_progress(name, values, rule, stalls) for name, values in series.items()]
     first, last = (by_step[steps[0]], by_step[steps[-1]]) if steps else ({}, {})
     kl = [by_step[s].get("kl") for s in steps]
     return {
@@ -177,6 +207,7 @@ def summarise_metrics(a: ParquetArtifact) -> dict[str, Any]:
         "kind": "metrics",
         "steps": {"first": steps[0] if steps else None, "last": steps[-1] if steps else None, "count": len(steps)},
         "rewards": rewards,
+        "stall_window": rule.window,
         "aggregate": {"first": _float(first.get("aggregate")), "last": _float(last.get("aggregate"))},
         "kl_mean": _stats([np.nan if v is None else v for v in kl])["mean"],
         "last_step": {"step": last.get("step"), **{k: _float(last.get(k)) for k in ("loss", "kl", "clip_frac")}},

@@ -25,7 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from recast_cli.artifacts import FIGURE_SCHEMA, REPORT_MARK, REPORT_SCHEMA, atomic_write_bytes, claim_output
+from recast_cli.artifacts import (ENDPOINTS_SCHEMA, FIGURE_SCHEMA, REPORT_MARK, REPORT_SCHEMA, atomic_write_bytes,
+                                  claim_output)
+from recast_cli.artifacts.cells import DEFAULT_LOST_DELTA
 from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.report.build import Report, build_report
@@ -47,18 +49,20 @@ def write_report(report: Report, out_dir: Path) -> list[Path]:
     return [out_dir / REPORT_NAME, *written]
 
 
-def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int = 4) -> list[Path]:
-    """Read and check every input, build the report in memory, then write ``out_dir/report.md`` and the PNGs."""
+def make_report(paths: Sequence[str | Path], out_dir: str | Path, prompts: int = 4,
+                lost_delta: float = DEFAULT_LOST_DELTA) -> list[Path]:
+    """Read and check every input, build the report in memory, then write ``out_dir/report.md`` and the PNGs
+    (a study's cells: with ``endpoints.csv``; a reward is lost below ``lost_delta``, ``report.rewards``)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a directory")
     bounds.check("grid_prompts", prompts, "--prompts")
     claim_output(out / REPORT_NAME, REPORT_SCHEMA, inputs=list(paths))
     if is_cell_input(paths):  # recast study: the batched engine's cells
-        report, per_seed = build_cell_report(load_cells(paths))
-        claim_output(out / ENDPOINTS, REPORT_SCHEMA)
+        report, per_seed = build_cell_report(load_cells(paths), lost_delta)
+        claim_output(out / ENDPOINTS, ENDPOINTS_SCHEMA)
         written = write_report(report, out)
-        atomic_write_bytes(out / ENDPOINTS, f"{REPORT_MARK}\n".encode() + per_seed)
+        atomic_write_bytes(out / ENDPOINTS, per_seed)
         return [*written, out / ENDPOINTS]
     if is_curve_input(paths):  # the 1-D world (flow1d): curve tables instead of per-image evaluations
         return write_report(build_curve_report(load_curve_inputs(paths)), out)

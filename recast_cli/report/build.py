@@ -18,11 +18,13 @@ from recast_cli.report.statistics import Grid
 from recast_cli.report.tables import (
     judge_columns,
     table_aggregate_per_budget,
+    table_arm_stalls,
     table_gains,
     table_inputs,
     table_judge,
     table_per_budget,
     table_pooled,
+    table_run_stalls,
 )
 
 
@@ -90,6 +92,14 @@ def build_report(inputs: Inputs, prompts: int = 4) -> Report:
                      "positive distribution; remaining = trained / base.\n")
         parts.append(table_gains(inputs.gains))
         figures.append(figure_d_curves_by_policy(inputs.gains))
+
+    if any(r.stalls is not None for r in inputs.runs):
+        parts.append("## Stalled rewards in training\n")
+        parts.append("From each run's metrics: the steps where `recast train`'s stall detector flagged a reward (its "
+                     "smoothed mean made no progress over the window while another reward's rose; docs/train.md, "
+                     "\"Stalled rewards\"). Not recorded: a run of an older recast or with `stall_detector = false`.\n")
+        parts.append(table_run_stalls(inputs.runs))
+        parts.append(table_arm_stalls(inputs.runs))
 
     if figures:
         parts.append("## Figures\n")

@@ -1,32 +1,41 @@
 """The report of ``recast study``: endpoints, contrasts and the mechanism from ``recast.cell/1`` tables.
 
 The endpoints are the 1-D world's (``statistics.primary`` and ``secondary``, applied to each seed's
-curve), so a study run by the batched engine reads like the two-timescale report, per group size G:
+curve), so a study run by the batched engine reads like the two-timescale report, per group size G
+(and learning rate):
 
 * **Primary endpoint** of a seed: the mean over its SDE checkpoints of the aggregate Σ_i λ_i·r_i
   (the area under the curve up to a constant), averaged over the budgets λ.
 * **Secondary**: the aggregate at the last checkpoint under the ODE sampler.
 * **Contrasts**: arm − static per seed (every arm of a seed shares its noise, and every policy is
   evaluated on the same samples), mean, sd, 95% t-interval, two-sided sign test.
+* **Every reward** (``report.rewards``): per arm, the share of seeds that lost a reward, which reward,
+  the worst-reward endpoint and each reward's final value; McNemar's test against static.
 * **Mechanism**: per arm, the PPO clip fraction and the gradient norm over training, and the spread
   of the first iteration's gradient over seeds (all seeds start from one network, so it is the
-  gradient estimator's own variance) beside its mean's squared norm.
+  gradient estimator's own variance) beside its mean's squared norm; each reward's gradient
+  signal-to-noise at four iterations (``batched.gradients``).
 
-Every seed's endpoints are written beside the Markdown as ``endpoints.csv``.
+A study over a learning-rate ladder (``[study] learning_rate_ladder``) gets these per G and rate.
+Every seed's endpoints are written beside the Markdown as ``endpoints.csv``, a plain CSV.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
 from pathlib import Path
 
 import numpy as np
 
 from recast_cli.artifacts import CELL_SCHEMA, CellTable, artifact_schema, read_cell
+from recast_cli.artifacts.cells import DEFAULT_LOST_DELTA
 from recast_cli.errors import BadInput
 from recast_cli.report.build import Report
 from recast_cli.report.inputs import Budget, budget_label, holds_schema
 from recast_cli.report.statistics import contrasts, primary, secondary
+from recast_cli.report.rewards import endpoints_csv, seed_rewards, table_lost, table_reward_snr, table_stalls
 from recast_cli.report.tables import fixed, markdown_table, table_contrasts
 
 ENDPOINTS = "endpoints.csv"
@@ -44,13 +53,13 @@ def load_cells(paths: Sequence[str | Path]) -> list[CellTable]:
         if not p.is_file() or artifact_schema(p)[0] != CELL_SCHEMA:
             raise BadInput(f"{p}: the report of a study reads recast.cell/1 tables only (one per cell)")
         cells.append(read_cell(p))
-    keys = [(c.label, tuple(c.meta["lambda"]), c.meta["group_size"]) for c in cells]
+    keys = [(c.label, tuple(c.meta["lambda"]), c.meta["group_size"], rate_of(c)) for c in cells]
     if len(set(keys)) != len(keys):
-        raise BadInput("two cell tables hold the same arm, budget and group size")
+        raise BadInput("two cell tables hold the same arm, budget, group size and learning rate")
     for what in ("rewards", "n"):
         if len({repr(c.meta[what]) for c in cells}) > 1:
             raise BadInput(f"the cells disagree on {what}: they are not one study")
-    return sorted(cells, key=lambda c: (c.meta["group_size"], c.meta["lambda"], c.label))
+    return sorted(cells, key=lambda c: (c.meta["group_size"], rate_of(c) or 0.0, c.meta["lambda"], c.label))
 
 
 def endpoints(cell: CellTable) -> dict[int, tuple[float | None, float | None]]:
@@ -58,70 +67,99 @@ def endpoints(cell: CellTable) -> dict[int, tuple[float | None, float | None]]:
     return {s: (primary(cell.curve(s)), secondary(cell.curve(s))) for s in cell.seeds}
 
 
-def build_cell_report(cells: Sequence[CellTable]) -> tuple[Report, bytes]:
-    """The Markdown of the study and its per-seed endpoints (CSV), in memory."""
+def rate_of(cell: CellTable) -> float | None:
+    """The cell's learning rate when it is a rung of a learning-rate ladder (the report's conditions are then
+    G × rate); None for a cell at its arm's own rate (one condition per G: the arms are compared across rates)."""
+    return float(cell.meta["learning_rate"]) if cell.meta.get("rung") else None
+
+
+def build_cell_report(cells: Sequence[CellTable], lost_delta: float = DEFAULT_LOST_DELTA) -> tuple[Report, bytes]:
+    """The Markdown of the study and its per-seed endpoints (CSV), in memory: per condition (G, and the
+    learning rate when the study has several), the endpoints, the contrasts, the per-reward endpoints
+    (``report.rewards``: lost rewards with threshold ``lost_delta``) and the mechanism."""
     first = cells[0]
     arms = list(dict.fromkeys(c.label for c in cells))
     if "static" in arms:
         arms.remove("static")
         arms.insert(0, "static")
-    sizes = sorted({c.meta["group_size"] for c in cells})
+    conditions = sorted({(c.meta["group_size"], rate_of(c)) for c in cells}, key=lambda x: (x[0], x[1] or 0.0))
     budgets = sorted({tuple(c.meta["lambda"]) for c in cells})
     seeds = sorted({s for c in cells for s in c.seeds})
-    values = {(c.label, tuple(c.meta["lambda"]), c.meta["group_size"]): endpoints(c) for c in cells}
+    key = {id(c): (c.label, tuple(c.meta["lambda"]), c.meta["group_size"], rate_of(c)) for c in cells}
+    values = {key[id(c)]: endpoints(c) for c in cells}
+    per_reward = {key[id(c)]: seed_rewards(c, lost_delta) for c in cells}
     parts = ["# recast study report — the 1-D world, batched\n",
              f"Setting `{first.meta['setting']['name']}`; rewards {', '.join(first.rewards)}; arms {', '.join(arms)}; "
-             f"budgets {', '.join(budget_label(b) for b in budgets)}; group sizes {', '.join(map(str, sizes))} at "
-             f"{first.meta['group_size'] * first.meta['prompts_per_step']} rollouts per step; {len(seeds)} seeds; "
-             f"n = {first.meta['n']} evaluation samples per checkpoint, the same for every seed, arm and step.\n"]
-    for g in sizes:
+             f"budgets {', '.join(budget_label(b) for b in budgets)}; group sizes "
+             f"{', '.join(map(str, sorted({g for g, _ in conditions})))} at "
+             f"{first.meta['group_size'] * first.meta['prompts_per_step']} rollouts per step; "
+             f"learning rates {', '.join(f'{r:g}' for r in sorted({_rate(c) for c in cells}))}; {len(seeds)} seeds; "
+             f"n = {first.meta['n']} evaluation samples per checkpoint, the same for every seed, arm and step. "
+             f"A reward is lost when its final ODE value closes less than δ = {lost_delta:g} of its headroom "
+             "over the base policy (docs/report.md).\n"]
+    for g, rate in conditions:
+        where = f"G = {g}" + (f", learning rate {rate:g}" if rate is not None else "")
+        mine = {k: v for k, v in values.items() if k[2:] == (g, rate)}
         for title, index, what in (
                 ("Primary endpoint — mean aggregate over the SDE checkpoints", 0,
                  "A seed's value is the mean of Σ_i λ_i·r_i over its checkpoints under the training sampler."),
                 ("Secondary endpoint — final aggregate (ODE)", 1,
                  "A seed's value is Σ_i λ_i·r_i at its last checkpoint under the ODE sampler.")):
-            parts.append(f"## G = {g}: {title}\n")
+            parts.append(f"## {where}: {title}\n")
             parts.append(what + " Mean ± sd over seeds per budget:\n")
-            rows = []
-            for b in budgets:
-                row = [budget_label(b)]
-                for arm in arms:
-                    v = [x[index] for x in values.get((arm, b, g), {}).values() if x[index] is not None]
-                    row.append("—" if not v else f"{fixed(np.mean(v), 4)} ± "
-                               f"{fixed(np.std(v, ddof=1), 4) if len(v) > 1 else '—'} (n = {len(v)})")
-                rows.append(row)
-            parts.append(markdown_table(["λ", *arms], rows))
-            items, _ = contrasts(seed_grid(values, g, index), [a for a in arms if a != "static"])
+            parts.append(table_budgets(mine, budgets, arms, index))
+            items, _ = contrasts(seed_grid(mine, index), [a for a in arms if a != "static"])
             if items:
                 parts.append("Paired per seed (each seed's difference averaged over the budgets), 95% t-interval "
                              "and the two-sided sign test over seeds (ties dropped):\n")
                 parts.append(table_contrasts(items))
-        parts.append(f"## G = {g}: mechanism\n")
-        parts.append(table_mechanism([c for c in cells if c.meta["group_size"] == g], arms))
+        for b in budgets:
+            parts.append(f"## {where}: every reward, λ = {budget_label(b)}\n")
+            parts.append(table_lost({arm: per_reward[(arm, b, g, rate)] for arm in arms
+                                     if (arm, b, g, rate) in per_reward}, first.rewards))
+            parts.append(table_stalls({c.label: c for c in cells if key[id(c)][1:] == (b, g, rate)}))
+        here = [c for c in cells if key[id(c)][2:] == (g, rate)]
+        parts.append(f"## {where}: mechanism\n")
+        parts.append(table_mechanism(here, arms))
+        parts.append(table_reward_snr(here, arms))
     parts.append("## Cells\n")
-    parts.append(markdown_table(["cell", "arm", "λ", "G", "seeds", "W sha256"],
-                                [[Path(str(c.meta["weights"])).stem + f"-g{c.meta['group_size']}", c.label,
-                                  budget_label(tuple(c.meta["lambda"])), str(c.meta["group_size"]), str(len(c.seeds)),
-                                  (c.provenance.sources[-1].sha256[:12]
-                                                                         if c.provenance and c.provenance.sources else "—")]
+    parts.append(markdown_table(["cell", "arm", "λ", "G", "rate", "seeds", "W sha256"],
+                                [[Path(str(c.meta["weights"])).stem + f"-g{c.meta['group_size']}" +
+                                  (f"-lr{rate_of(c):g}" if rate_of(c) is not None else ""), c.label,
+                                  budget_label(tuple(c.meta["lambda"])), str(c.meta["group_size"]), f"{_rate(c):g}",
+                                  str(len(c.seeds)),
+                                  (c.provenance.sources[-1].sha256[:12] if c.provenance and c.provenance.sources else "—")]
                                  for c in cells]))
-    parts.append(f"\nEvery seed's endpoints: [`{ENDPOINTS}`]({ENDPOINTS}) (its first line is recast's mark; "
-                 "`pandas.read_csv(path, skiprows=1)`).\n")
-    lines = ["arm,lambda,group_size,seed,primary,secondary"]
-    for (arm, b, g), per_seed in sorted(values.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
-        for s, (p, q) in sorted(per_seed.items()):
-            lines.append(f"{arm},{budget_label(b)},{g},{s},{_num(p)},{_num(q)}")
-    return Report("\n".join(parts), ()), ("\n".join(lines) + "\n").encode()
+    parts.append(f"\nEvery seed's endpoints, every reward's final values and normalised gains: [`{ENDPOINTS}`]"
+                 f"({ENDPOINTS}) (`pandas.read_csv(path)`).\n")
+    rows = [(c, _rate(c), values[key[id(c)]], per_reward[key[id(c)]])
+            for c in sorted(cells, key=lambda c: (c.meta["group_size"], _rate(c), c.meta["lambda"], c.label))]
+    return Report("\n".join(parts), ()), endpoints_csv(rows)
 
 
-def _num(x: float | None) -> str:
-    return "" if x is None else repr(float(x))
+def _rate(cell: CellTable) -> float:
+    """The learning rate the cell trained at (a cell of a recast before issue 42: its recorded [train])."""
+    return float(cell.meta.get("learning_rate", cell.meta.get("train", {}).get("learning_rate", math.nan)))
 
 
-def seed_grid(values, g: int, index: int) -> dict[tuple[str, Budget, int], float]:
-    """(arm, λ, seed) → endpoint ``index`` (0 primary, 1 secondary) at group size ``g``, for
+def table_budgets(values, budgets, arms, index: int) -> str:
+    """Endpoint ``index`` per budget (rows) and arm (columns): mean ± sd over seeds (n)."""
+    rows = []
+    for b in budgets:
+        row = [budget_label(b)]
+        for arm in arms:
+            v = [x[index] for k, per_seed in values.items() if k[:2] == (arm, b) for x in per_seed.values()
+                 if x[index] is not None]
+            row.append("—" if not v else f"{fixed(np.mean(v), 4)} ± "
+                       f"{fixed(np.std(v, ddof=1), 4) if len(v) > 1 else '—'} (n = {len(v)})")
+        rows.append(row)
+    return markdown_table(["λ", *arms], rows)
+
+
+def seed_grid(values, index: int) -> dict[tuple[str, Budget, int], float]:
+    """(arm, λ, seed) → endpoint ``index`` (0 primary, 1 secondary) of one condition's cells, for
     ``statistics.contrasts``; a seed without that endpoint is left out."""
-    return {(arm, b, s): x[index] for (arm, b, size), per_seed in values.items() if size == g
+    return {(key[0], key[1], s): x[index] for key, per_seed in values.items()
             for s, x in per_seed.items() if x[index] is not None}
 
 

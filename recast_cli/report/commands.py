@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from recast_cli.artifacts.cells import DEFAULT_LOST_DELTA
 from recast_cli.errors import BadInput
 
 out = Console()
@@ -19,11 +20,16 @@ def report_command(
                                                   "(recast.judgements/1), in any mix."),
     out_dir: Path = typer.Option(..., "--out", help="Folder for report.md and the figures (PNG)."),
     prompts: int = typer.Option(4, "--prompts", help="Prompts per sample grid (0: no sample grids)."),
+    lost_delta: float = typer.Option(DEFAULT_LOST_DELTA, "--lost-delta",
+                                     help="A study's cells: a reward is lost when its final ODE value closes less "
+                                          "than this share of its headroom over the base policy ([study] lost_delta)."),
 ) -> None:
     """Stage 2: the paper's tables and figures (Tables 1-4, 6-10; Fig. 1, 5; curves; samples) as Markdown + PNG."""
     from recast_cli.report import make_report
 
-    written = make_report(inputs, out_dir, prompts=prompts)
+    if not 0 < lost_delta < 1:
+        raise BadInput(f"--lost-delta must lie in (0, 1), got {lost_delta!r}")
+    written = make_report(inputs, out_dir, prompts=prompts, lost_delta=lost_delta)
     Console().print(f"wrote {written[0]} and {len(written) - 1} figures", highlight=False)
 
 

@@ -34,6 +34,7 @@ from recast_cli.artifacts import (
     sha256_file,
 )
 from recast_cli.errors import BadInput
+from recast_cli.train.stall import StallSpan, recorded_stalls
 
 #: the order a report lists arms in (trained arms: the W modes of artifacts.MODES, plus the base model)
 ARM_ORDER = ("static", "nosink", "recast", "reversed")
@@ -94,7 +95,7 @@ class Evaluation(Evaluated):
 
 @dataclass(frozen=True)
 class Run:
-    """A ``recast.run/1`` folder: its mode, λ, seed and σ grid, its W and its aggregate per step."""
+    """A ``recast.run/1`` folder: its mode, λ, seed, σ grid, W, aggregate per step and stalls (``train/stall``)."""
 
     name: str
     path: Path
@@ -107,6 +108,7 @@ class Run:
     weights: WeightMatrix | None
     curve: dict[int, float]
     sha256: str
+    stalls: dict[str, StallSpan] | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,7 @@ def _read_run(folder: Path) -> Run:
     grid = tuple(float(s) for s in record.sigmas)
     weights = read_weights(folder / "weights.safetensors") if (folder / "weights.safetensors").is_file() else None
     curve: dict[int, float] = {}
+    stalls = None
     if (folder / "metrics.parquet").is_file():
         from recast_cli.artifacts.metrics import read_metrics
 
@@ -231,8 +234,9 @@ def _read_run(folder: Path) -> Run:
         for step, value in zip(metrics.column("step").to_pylist(), metrics.column("aggregate").to_pylist()):
             if value is not None:
                 curve.setdefault(int(step), float(value))
+        stalls = recorded_stalls(metrics.to_pydict())
     return Run(folder.name, folder, mode, budget, seed, str(setting), tuple(map(str, rewards)), grid, weights, curve,
-               sha256_file(folder / "run.json"))
+               sha256_file(folder / "run.json"), stalls)
 
 
 def _read_judgements(path: Path) -> Judgements:

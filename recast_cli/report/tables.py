@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from recast_cli.report.inputs import (
     Gains,
     Inputs,
     Judgements,
+    Run,
     budget_label,
     recast_side,
     sort_gains,
@@ -143,6 +144,50 @@ def table_per_budget(grid: Grid, scorers: Sequence[str], with_aggregate: bool) -
             if any(stats[(mode, c)] is not None for c in columns):
                 rows.append([budget_label(budget), MODE_LABEL[mode], *(cells[(mode, c)] for c in columns), verdict])
     return markdown_table(header, rows, ["l", "l", *(["r"] * len(columns)), "l"])
+
+
+# --------------------------------------------------------------------------- stalled rewards of the runs
+
+
+def stall_cell(run: Run) -> str:
+    """A run's stalled rewards: each with the first step flagged, the steps flagged and whether the run ends
+    stalled; "none"; "not recorded" (no flags in its metrics)."""
+    if run.stalls is None:
+        return "not recorded"
+    cells = [f"{s.reward} from step {s.first} ({s.steps} steps" + (f", stalled since step {s.since} at the end)"
+                                                                   if s.since is not None else ")")
+             for s in run.stalls.values() if s.first is not None]
+    return "; ".join(cells) or "none"
+
+
+def table_run_stalls(runs: Sequence[Run]) -> str:
+    """Per run: arm, λ, seed, its last step and its stalled rewards (``train/stall``)."""
+    rows = [[r.name, MODE_LABEL[r.mode], budget_label(r.budget), "—" if r.seed is None else str(r.seed),
+             str(max(r.curve)) if r.curve else "—", stall_cell(r)] for r in runs]
+    return markdown_table(["run", "arm", "λ", "seed", "steps", "stalled rewards"], rows, ["l", "l", "l", "r", "r", "l"])
+
+
+def table_arm_stalls(runs: Sequence[Run]) -> str:
+    """Per arm and λ: runs with recorded flags, how many had a stall, how many end stalled, and per reward
+    how many runs it stalled in."""
+    rewards = list(dict.fromkeys(name for r in runs for name in r.rewards))
+    groups: dict[tuple[str, Budget], list[Run]] = {}
+    for r in runs:
+        if r.stalls is not None:
+            groups.setdefault((r.mode, r.budget), []).append(r)
+    rows = []
+    for (mode, budget), group in sorted(groups.items(), key=lambda kv: (MODE_ORDER.index(kv[0][0]), kv[0][1])):
+        rows.append([MODE_LABEL[mode], budget_label(budget), str(len(group)),
+                     _runs_with(group, lambda s: s.first is not None), _runs_with(group, lambda s: s.since is not None),
+                     *(_runs_with(group, lambda s, name=name: s.reward == name and s.first is not None)
+                       for name in rewards)])
+    header = ["arm", "λ", "runs", "with a stall", "ending stalled", *(f"{name} stalled" for name in rewards)]
+    return markdown_table(header, rows)
+
+
+def _runs_with(group: Sequence[Run], hit: Callable[[Any], bool]) -> str:
+    """"k of n": the runs of ``group`` with a reward's stall span (``Run.stalls``) for which ``hit`` holds."""
+    return f"{sum(1 for r in group if any(hit(s) for s in r.stalls.values()))} of {len(group)}"
 
 
 # --------------------------------------------------------------------------- Table 3

@@ -33,6 +33,8 @@ def solve_w_command(
                                                   "resolution; `recast check-setting` prints it)."),
     floor: float = typer.Option(DEFAULT_FLOOR, help="Rows whose total gain is below floor x the largest "
                                                     "are indiscriminable and become uniform (E10)."),
+    shrink: float = typer.Option(1.0, "--shrink", help="γ in (0, 1]: write (1 − γ)·static + γ·W (E12s: W pulled "
+                                                      "toward static; rows and columns still hold). 1: W as solved."),
     skip_clean: int = typer.Option(0, "--skip-clean", help="The K cleanest steps t = 1…K are not trained: W = 0 "
                                                            "there, the solve runs over the other T − K steps."),
 ) -> None:
@@ -41,7 +43,7 @@ def solve_w_command(
 
     with err.status("solving W (Sinkhorn)", spinner="dots"):  # on stderr; a long solve (small τ) shows it works
         report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, mu=mu,
-                         floor=floor, skip_clean=skip_clean, kernel=kernel)
+                         floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=shrink)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     w = report.weights
@@ -51,7 +53,7 @@ def solve_w_command(
     if info["resampled"]:
         out.print(f"gains resampled from T = {info['source_T']} to T = {w.T} through D(σ) (E9)")
     trained = f", trained steps {w.skip_clean + 1}…{w.T}" if w.skip_clean else ""
-    kind = "" if kernel == DEFAULT_KERNEL else f", {kernel} kernel"
+    kind = ("" if kernel == DEFAULT_KERNEL else f", {kernel} kernel") + ("" if shrink == 1.0 else f", shrunk γ = {shrink:g}")
     table = Table(title=f"W ({mode}{kind}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
     for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
         table.add_column(name, justify="left" if name == "reward" else "right")

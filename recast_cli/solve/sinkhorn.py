@@ -155,6 +155,18 @@ def nosink_weights(log_kernel: np.ndarray, lam: np.ndarray) -> np.ndarray:
     return lambda_hat(lam)[:, None] * np.exp(log_kernel - _logsumexp(log_kernel, axis=1)[:, None])
 
 
+def shrunk_weights(W: np.ndarray, lam: np.ndarray, shrink: float) -> np.ndarray:
+    """E12s (ours): W pulled toward the static baseline, (1 − γ)·W_static + γ·W with γ = ``shrink`` in (0, 1].
+
+    Both terms have rows λ̂ and (in modes recast and static) columns 1/T', and the marginals are
+    linear, so the mix keeps them exactly; γ = 1 is W itself. A candidate for "never worse than
+    static": it keeps a share γ of W's timing and spends the rest of each budget evenly.
+    """
+    if shrink == 1.0:
+        return W
+    return (1.0 - shrink) * static_weights(lam, W.shape[1]) + shrink * W
+
+
 def reversed_weights(W: np.ndarray) -> np.ndarray:
     """The timing control: ReCAST's W with its (trained) columns in reverse step order.
 
@@ -179,10 +191,12 @@ class Solution:
 
 def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: float = DEFAULT_TAU,
                   floor: float = DEFAULT_FLOOR, noise: np.ndarray | None = None,
-                  tol: float = DEFAULT_TOL, skip_clean: int = 0, kernel: str = DEFAULT_KERNEL) -> Solution:
+                  tol: float = DEFAULT_TOL, skip_clean: int = 0, kernel: str = DEFAULT_KERNEL,
+                  shrink: float = 1.0) -> Solution:
     """E10-E12 (or a closed-form baseline) for per-step gains ``gain`` [m, T] and budgets ``lam`` [m].
 
-    ``kernel``: ``exp`` (E11) or ``power`` (E11p), for the modes that use a kernel.
+    ``kernel``: ``exp`` (E11) or ``power`` (E11p), for the modes that use a kernel. ``shrink`` = γ < 1
+    mixes the solved W with static (E12s, :func:`shrunk_weights`); the marginals still hold.
 
     ``skip_clean`` = K: the trainer does not train the K cleanest steps t = 1 … K, so they get
     W = 0 and the method runs on the T' = T − K trained columns alone: E10 normalises each row
@@ -215,7 +229,7 @@ def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: 
     else:
         raise ValueError(f"unknown mode {mode!r}")
     W = np.zeros_like(gain)
-    W[:, skip_clean:] = sub
+    W[:, skip_clean:] = shrunk_weights(sub, lam, shrink)
     return Solution(W, normalised, low, iterations, error)
 
 

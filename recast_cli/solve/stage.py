@@ -77,14 +77,15 @@ class SolveReport:
 def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike[str], *, mode: str = "recast",
             tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None,
             shift: float | None = None, floor: float = DEFAULT_FLOOR, skip_clean: int = 0,
-            mu: float | None = None, kernel: str = DEFAULT_KERNEL) -> SolveReport:
+            mu: float | None = None, kernel: str = DEFAULT_KERNEL, shrink: float = 1.0) -> SolveReport:
     """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input).
 
     ``skip_clean`` = K leaves the K cleanest steps untrained: they get W = 0 and the solve runs
     over the other T' = T − K columns (rows λ̂, trained columns 1/T'), as the trainer needs.
+    ``shrink`` = γ < 1 writes (1 − γ)·static + γ·W (E12s), recorded as ``info.shrink``.
     """
     _check_options(mode=mode, kernel=kernel, tau=tau, steps=steps, skip_clean=skip_clean, floor=floor, grid=grid,
-                   shift=shift, mu=mu)
+                   shift=shift, mu=mu, shrink=shrink)
     out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains])
     table = read_gains(gains)
     lam = _budgets(lam_text, table.rewards)
@@ -101,7 +102,8 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
     noise = None
     if table.D_lo is not None and table.D_hi is not None:
         noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
-    solution = _solve(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean, kernel=kernel)
+    solution = _solve(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean, kernel=kernel,
+                      shrink=shrink)
     warnings = _indiscriminable(table.rewards, solution, gain[:, skip_clean:].sum(axis=1), floor=floor,
                                 with_noise=noise is not None)
     weights = WeightMatrix(
@@ -112,17 +114,19 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
         mode=mode,
         tau=tau,
         sigmas=sigmas[::-1].copy(),
-        info=_solve_info(solution, table, gain, floor=floor, skip_clean=skip_clean, kernel=kernel),
+        info=_solve_info(solution, table, gain, floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=shrink),
         trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel,
     )
     config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
               "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
+    if shrink != 1.0:  # recorded only when used: a W solved without it is the same file as before
+        config["shrink"] = shrink
     provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
     return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
 
 
 def _check_options(*, mode: str, kernel: str, tau: float, steps: int | None, skip_clean: int, floor: float,
-                   grid: str | None, shift: float | None, mu: float | None) -> None:
+                   grid: str | None, shift: float | None, mu: float | None, shrink: float = 1.0) -> None:
     """BadInput for a solve-w option out of its range, before any file is claimed or read."""
     if mode not in MODES:
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -139,6 +143,8 @@ def _check_options(*, mode: str, kernel: str, tau: float, steps: int | None, ski
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
     if mu is not None and not math.isfinite(mu):
         raise BadInput(f"--mu must be a finite number, got {mu!r}")
+    if not (math.isfinite(shrink) and 0 < shrink <= 1):
+        raise BadInput(f"--shrink must lie in (0, 1] (1: W as solved), got {shrink!r}")
 
 
 def _budgets(lam_text: str, rewards: tuple[str, ...]) -> np.ndarray:
@@ -151,13 +157,13 @@ def _budgets(lam_text: str, rewards: tuple[str, ...]) -> np.ndarray:
 
 
 def _solve(gain: np.ndarray, lam: np.ndarray, *, mode: str, tau: float, floor: float, noise: np.ndarray | None,
-           skip_clean: int, kernel: str) -> SinkhornResult:
+           skip_clean: int, kernel: str, shrink: float = 1.0) -> SinkhornResult:
     """``solve_weights`` with every numeric failure turned into one line: it comes from the inputs (gains,
     λ, τ), so it is BadInput (exit 2), never a numpy warning or a traceback."""
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             return solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean,
-                                 kernel=kernel)
+                                 kernel=kernel, shrink=shrink)
     except (SinkhornError, FloatingPointError):
         form = "exp(ΔD̄/τ)" if kernel == "exp" else "ΔD̄^(1/τ)"
         raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel {form} is degenerate and "
@@ -177,7 +183,7 @@ def _indiscriminable(rewards: tuple[str, ...], solution: SinkhornResult, totals:
 
 
 def _solve_info(solution: SinkhornResult, table: GainTable, gain: np.ndarray, *, floor: float, skip_clean: int,
-                kernel: str) -> dict[str, Any]:
+                kernel: str, shrink: float = 1.0) -> dict[str, Any]:
     """What W's ``info`` records of the solve: Sinkhorn's iterations and error, the indiscriminable rewards,
     each reward's spill share on the trained steps (METHOD.md §5), and whether the gains were resampled."""
     spill = spill_share(solution.W[:, skip_clean:], gain[:, skip_clean:])
@@ -190,6 +196,7 @@ def _solve_info(solution: SinkhornResult, table: GainTable, gain: np.ndarray, *,
         "source_T": table.T,
         "resampled": gain is not table.gain,
         "kernel": kernel,
+        **({"shrink": shrink} if shrink != 1.0 else {}),  # E12s; absent: W as solved
     }
 
 

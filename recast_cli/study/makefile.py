@@ -142,6 +142,9 @@ def make_cells(setting: Setting, study: StudySpec, train: TrainConfig) -> tuple[
     if sizes != [train.group_size]:
         raise BadInput(f"{name}: [study] group_sizes = {sizes}: a study's Make graph trains at [train] group_size = "
                        f"{train.group_size} only; {batched} other group sizes")
+    if study.learning_rate_ladder:
+        raise BadInput(f"{name}: [study] learning_rate_ladder: a study's Make graph trains every arm at [train] "
+                       f"learning_rate = {train.learning_rate:g}; {batched} a ladder of rates")
     if any(c.learning_rate != train.learning_rate for c in cells):
         raise BadInput(f"{name}: [study] learning_rates: a study's Make graph trains every arm at [train] "
                        f"learning_rate = {train.learning_rate:g}; {batched} per-arm learning rates")
@@ -172,7 +175,7 @@ def solve_rule(W: str, gains: str, lam: str, arm: ArmSpec, *, R: str, tau: float
     skipped)."""
     return [f"{W}: {gains} {stamp_files(R, 'solve')}",
             f"\t$(RECAST) solve-w --gains {gains} --lambda {lam} --mode {arm.mode} --kernel {arm.kernel} "
-            f"--tau {tau:g} --steps {steps} --skip-clean {skip} --out $@",
+            f"--tau {tau:g} --steps {steps} --skip-clean {skip}{'' if arm.shrink == 1 else f' --shrink {arm.shrink:g}'} --out $@",
             ""]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from recast_cli import bounds
+from recast_cli.artifacts.cells import DEFAULT_LOST_DELTA
 from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS, MODES
 from recast_cli.errors import BadInput, shown
 from recast_cli.setting.load import Setting, file_digest, parse_table
@@ -32,27 +33,32 @@ DIGITS = r"[0-9]{1,4300}"
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """One arm of ``recast study``: the solve-w mode and kernel, and what W is solved from (the exact
-    gains of the analytic world, or the sampled estimate at the base policy). ``label`` names it."""
+    """One arm of ``recast study``: the solve-w mode and kernel, what W is solved from (the exact
+    gains of the analytic world, or the sampled estimate at the base policy), and the share γ of the
+    solved W kept against static (``solve-w --shrink``, E12s; 1: W as solved). ``label`` names it."""
 
     mode: str
     kernel: str
     gains: str
     label: str
+    shrink: float = 1.0
 
     @classmethod
     def parse(cls, text: str) -> ArmSpec:
-        """``MODE[:KERNEL[:GAINS]]`` → the arm, labelled by its parts joined with '-' (``recast:power`` →
-        ``recast-power``); BadInput for an unknown part."""
+        """``MODE[:KERNEL[:GAINS[:shrinkγ]]]`` → the arm, labelled by its parts joined with '-'
+        (``recast:power`` → ``recast-power``; ``recast:power:estimate:shrink0.5`` →
+        ``recast-power-estimate-shrink0.5``); BadInput for an unknown part."""
         parts = text.split(":") if isinstance(text, str) else []
-        if not 1 <= len(parts) <= 3 or parts[0] not in STUDY_MODES:
-            raise BadInput(f"arm {shown(text)}: expected MODE[:KERNEL[:GAINS]] with MODE one of {', '.join(STUDY_MODES)}")
+        if not 1 <= len(parts) <= 4 or parts[0] not in STUDY_MODES:
+            raise BadInput(f"arm {shown(text)}: expected MODE[:KERNEL[:GAINS[:shrinkγ]]] with MODE one of "
+                           f"{', '.join(STUDY_MODES)}")
         kernel = parts[1] if len(parts) > 1 else DEFAULT_KERNEL
         gains = parts[2] if len(parts) > 2 else "exact"
         if kernel not in KERNELS or gains not in STUDY_GAINS:
             raise BadInput(f"arm {text!r}: the kernel must be one of {', '.join(KERNELS)} and the gains one of "
                            f"{', '.join(STUDY_GAINS)}")
-        return cls(parts[0], kernel, gains, "-".join(parts))
+        shrink = _shrink(parts[3], text) if len(parts) > 3 else 1.0
+        return cls(parts[0], kernel, gains, "-".join(parts), shrink)
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class StudyCell:
     group_size: int
     prompts_per_step: int
     learning_rate: float
+    rung: bool = False  # a rung of [study] learning_rate_ladder: the rate is part of the cell's name
 
     @property
     def weights_name(self) -> str:
@@ -74,8 +81,10 @@ class StudyCell:
 
     @property
     def name(self) -> str:
-        """``BUDGET-ARM-gG``, the name of the cell's file (``recast study``)."""
-        return f"{self.weights_name}-g{self.group_size}"
+        """``BUDGET-ARM-gG`` (on a learning-rate ladder ``BUDGET-ARM-gG-lrRATE``), the name of the cell's
+        file (``recast study``)."""
+        rate = f"-lr{self.learning_rate:g}" if self.rung else ""
+        return f"{self.weights_name}-g{self.group_size}{rate}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,8 @@ class StudySpec:
     group_sizes: tuple[int, ...] = ()  # G per cell at [train]'s G × prompts_per_step rollouts; default [train]'s
     eval_n: int | None = None  # evaluation samples per checkpoint; default [evaluate] n
     learning_rates: tuple[tuple[str, float], ...] = ()  # arm label (or ARM@G) → its learning rate
+    learning_rate_ladder: tuple[float, ...] = ()  # every arm × G at every one of these rates (one shared ladder)
+    lost_delta: float = DEFAULT_LOST_DELTA  # the report's lost reward: normalised final ODE gain below this
 
     @staticmethod
     def label(budget: tuple[float, ...]) -> str:
@@ -129,7 +140,8 @@ class StudySpec:
     def cells(self, train: TrainConfig, where: str) -> tuple[StudyCell, ...]:
         """The study's plan, the only place ``[study]`` becomes cells: every budget × arm × group size
         (``group_sizes``, or ``[train]``'s G), in that order, each with its learning rate (``learning_rates``
-        by ``ARM@G``, then by arm, else ``[train]``'s). BadInput (``where``: the setting file's name) for
+        by ``ARM@G``, then by arm, else ``[train]``'s) — or, with a ``learning_rate_ladder``, each of them at
+        every rung of the ladder (the rung last). BadInput (``where``: the setting file's name) for
         a G that does not divide ``[train]``'s rollouts per step, or a learning rate naming no arm."""
         rollouts = train.group_size * train.prompts_per_step
         sizes = self.group_sizes or (train.group_size,)
@@ -143,6 +155,9 @@ class StudySpec:
         if unknown:
             raise BadInput(f"{where}: [study] learning_rates names no arm: {', '.join(unknown)} "
                            f"(arms: {', '.join(a.label for a in arms)})")
+        if self.learning_rate_ladder:
+            return tuple(StudyCell(budget, arm, g, rollouts // g, rate, rung=True) for budget in self.budgets
+                         for arm in arms for g in sizes for rate in self.learning_rate_ladder)
         return tuple(StudyCell(budget, arm, g, rollouts // g, rates.get(f"{arm.label}@{g}",
                                                                           rates.get(arm.label, train.learning_rate)))
                      for budget in self.budgets for arm in arms for g in sizes)
@@ -195,7 +210,22 @@ def load_study(setting: Setting) -> StudySpec:
             raise BadInput(f"{where} learning_rates must be a table of arm label = learning rate")
         return tuple((str(k), _positive(v, f"{where} learning_rates.{k}")) for k, v in value.items())
 
+    def ladder(value: Any) -> tuple[float, ...]:
+        if not isinstance(value, list) or not value or "learning_rates" in table:
+            raise BadInput(f"{where} learning_rate_ladder must be a non-empty list of learning rates (every arm "
+                           "runs at each), and excludes learning_rates")
+        rates = tuple(_positive(v, f"{where} learning_rate_ladder[{i}]") for i, v in enumerate(value))
+        if len(set(rates)) != len(rates) or list(rates) != sorted(rates):
+            raise BadInput(f"{where} learning_rate_ladder must be distinct rates in ascending order, got {shown(value)}")
+        return rates
+
+    def lost_delta(value: Any) -> float:
+        if not _is_number(value) or not 0 < value < 1:
+            raise BadInput(f"{where} lost_delta must lie in (0, 1) (a share of a reward's headroom), got {value!r}")
+        return float(value)
+
     parse = {"budgets": lambda v: _budgets(v, rewards, where), "seeds": lambda v: _seeds(v, where), "modes": modes,
+             "learning_rate_ladder": ladder, "lost_delta": lost_delta,
              "arms": lambda v: _arms(v, setting, where), "group_sizes": lambda v: _group_sizes(v, where),
              "eval_n": lambda v: bounds.check("images_per_prompt", v, f"{where} eval_n"), "learning_rates": learning_rates,
              **{key: (lambda v, key=key, kind=kind: bounds.check(kind, v, f"{where} {key}"))
@@ -225,6 +255,18 @@ def _budgets(value: Any, rewards: tuple[str, ...], where: str) -> tuple[tuple[fl
     if len(set(parsed)) != len(parsed):
         raise BadInput(f"{where} budgets lists a budget twice")
     return tuple(parsed)
+
+
+def _shrink(part: str, text: str) -> float:
+    """γ of an arm's ``shrinkγ`` part: a number in (0, 1)."""
+    number = part[len("shrink"):] if part.startswith("shrink") else ""
+    try:
+        gamma = float(number) if re.fullmatch(r"[0-9.]{1,20}", number) else math.nan
+    except ValueError:
+        gamma = math.nan
+    if not 0 < gamma < 1:
+        raise BadInput(f"arm {shown(text)}: the fourth part must be shrinkγ with γ in (0, 1), e.g. shrink0.5")
+    return gamma
 
 
 def _seeds(value: Any, where: str) -> tuple[int, ...]:

@@ -21,10 +21,13 @@ from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.options import reward_options
 from recast_cli.setting.load import Setting, parse_table
 from recast_cli.train.loggers import LOGGERS
+from recast_cli.train.stall import DEFAULT_SMOOTHING, DEFAULT_THRESHOLD, DEFAULT_WINDOW, StallRule
 
 KL_FORMS = ("exact", "flowgrpo")
 ADV_STD = ("group", "global")
 LR_SCHEDULES = ("constant", "warmup")
+#: The stall detector's keys: it only observes, so none of them is part of the run key.
+STALL_KEYS = ("stall_detector", "stall_window", "stall_threshold", "stall_smoothing")
 #: Flow-GRPO's LoRA targets for SD3: the joint attention's image and text projections.
 DEFAULT_LORA_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
                         "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out")
@@ -76,6 +79,10 @@ class TrainConfig:
     logger: tuple[str, ...] = ("tensorboard",)  # where scalars and pictures go besides metrics.parquet (train/loggers)
     log_images_every: int = 0  # a grid of samples to the loggers every N steps; 0: never
     wandb_project: str = "recast"
+    stall_detector: bool = True  # watch for a reward that stalls while another rises (train/stall)
+    stall_window: int = DEFAULT_WINDOW  # steps over which a reward's progress is measured
+    stall_threshold: float = DEFAULT_THRESHOLD  # in units of each reward's within-group std at the start
+    stall_smoothing: int = DEFAULT_SMOOTHING  # span in steps of the moving average of each reward's mean
     reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run_key(self) -> str:
@@ -84,13 +91,20 @@ class TrainConfig:
         Everything but the step budget, the checkpoint cadence, how the denoiser executes
         (``compile``, ``compile_backend``: compiled kernels round differently, so a run resumed
         with another choice continues to within float rounding rather than bit for bit;
-        ``gradient_checkpointing`` recomputes the same forward in the backward) and where the run
-        is logged besides ``metrics.parquet`` (``logger``, ``log_images_every``, ``wandb_project``).
+        ``gradient_checkpointing`` recomputes the same forward in the backward), where the run
+        is logged besides ``metrics.parquet`` (``logger``, ``log_images_every``, ``wandb_project``) and
+        the stall detector, which only watches (``stall_*``).
         """
         loose = ("max_steps", "save_every", "keep_checkpoints", "compile", "compile_backend", "gradient_checkpointing",
-                 "logger", "log_images_every", "wandb_project")
+                 "logger", "log_images_every", "wandb_project", *STALL_KEYS)
         fixed = {k: v for k, v in asdict(self).items() if k not in loose}
         return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def stall_rule(self) -> StallRule | None:
+        """The stall detector's rule, or None when ``stall_detector`` is off."""
+        if not self.stall_detector:
+            return None
+        return StallRule(self.stall_window, self.stall_threshold, self.stall_smoothing)
 
     def learning_rate_at(self, step: int) -> float:
         """The learning rate of training step ``step + 1`` (``warmup``: linear over ``warmup_steps``)."""
@@ -129,7 +143,8 @@ _TYPES = {f.name: f.type for f in fields(TrainConfig)}
 BOUND_OF = {"max_steps": "training_steps", "group_size": "group_size", "prompts_per_step": "prompts_per_step",
             "micro_batch": "batch", "sample_batch": "batch", "updates_per_step": "updates_per_step",
             "warmup_steps": "warmup_steps", "lora_rank": "lora_rank", "save_every": "save_every",
-            "keep_checkpoints": "keep_checkpoints", "seed": "seed", "log_images_every": "log_images_every"}
+            "keep_checkpoints": "keep_checkpoints", "seed": "seed", "log_images_every": "log_images_every",
+            "stall_window": "training_steps", "stall_smoothing": "training_steps"}
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -252,6 +267,7 @@ def check_config(cfg: TrainConfig) -> None:
         (cfg.noise_level is None or cfg.noise_level > 0, "noise_level must be > 0 (the trainer needs the SDE)"),
         (cfg.train_fraction is None or 0 < cfg.train_fraction <= 1, "train_fraction must lie in (0, 1]"),
         (bool(cfg.wandb_project.strip()), "wandb_project must name a W&B project"),
+        (cfg.stall_threshold >= 0, "stall_threshold must be >= 0 (in units of each reward's within-group std)"),
     ]
     for ok, message in checks:
         if not ok:

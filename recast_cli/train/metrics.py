@@ -1,11 +1,12 @@
 """The trainer's metrics log: the rows of ``RUN/metrics.parquet`` (``recast.metrics/1``; its columns
 are documented with its schema in :mod:`recast_cli.artifacts.metrics`), rewritten after every
 step, and the same numbers, W and sample pictures sent to the run's loggers (``train/loggers``:
-TensorBoard under ``RUN/tensorboard``, W&B)."""
+TensorBoard under ``RUN/tensorboard``, W&B). The stall detector (``train/stall``) watches the rows
+as they are added: its flags go into the rows (``stall``) and to the loggers (``stall/NAME``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,32 +15,60 @@ import numpy as np
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, STEP_COLUMNS, TIMING_COLUMNS, read_metrics, write_metrics
 from recast_cli.train.loggers import RunLoggers
 from recast_cli.train.panels import grid_picks, is_image_batch, sample_grid, weights_heatmap
+from recast_cli.train.stall import StallStep, StallWatch, group_spread, onset_message
 
 __all__ = ["METRICS_SCHEMA", "STEP_COLUMNS", "TIMING_COLUMNS", "MetricsLog", "logged_scalars", "read_metrics",
            "step_metrics"]
 
 
 class MetricsLog:
-    """Rows in memory, the Parquet file rewritten atomically after every step (rank 0 only), and the
-    run's loggers (none by default)."""
+    """Rows in memory, the Parquet file rewritten atomically after every step (rank 0 only), the run's
+    loggers (none by default) and the stall detector's watch (none: ``stall`` is null in the rows)."""
 
-    def __init__(self, run: Path, config: dict[str, Any], loggers: RunLoggers | None = None):
+    def __init__(self, run: Path, config: dict[str, Any], loggers: RunLoggers | None = None,
+                 stall: StallWatch | None = None):
         self.path = run / "metrics.parquet"
         self.config = config
         self.rows: list[dict[str, Any]] = []
         self.loggers = loggers if loggers is not None else RunLoggers()
+        self.stall = stall
 
     def resume(self, upto_step: int) -> None:
-        """Keep the rows of steps ≤ ``upto_step`` (the checkpoint a resumed run starts from)."""
+        """Keep the rows of steps ≤ ``upto_step`` (the checkpoint a resumed run starts from); the stall watch
+        is fed them again, in step order, so it goes on as if the run had not stopped."""
         if self.path.is_file():
             self.rows = [r for r in read_metrics(self.path).to_pylist() if r["step"] <= upto_step]
+        if self.stall is not None:
+            by_step: dict[int, dict[str, dict[str, Any]]] = {}
+            for row in self.rows:
+                by_step.setdefault(row["step"], {})[row["reward"]] = row
+            for step in sorted(by_step):
+                self._watch(by_step[step])
 
     def add(self, step: int, per_reward: dict[str, dict[str, Any]], scalars: dict[str, Any],
-            step_adv_abs: list[float]) -> None:
+            step_adv_abs: list[float]) -> list[str]:
+        """Add one step's rows (and send them to the loggers); returns the warning lines of the stalls
+        that begin at this step (the stall watch's onsets)."""
+        flags, warnings = {}, []
+        if self.stall is not None:
+            result = self._watch(per_reward)
+            flags = dict(zip(self.stall.rewards, (bool(f) for f in result.flags)))
+            warnings = [onset_message(self.stall, step, result, i) for i in map(int, result.onsets.nonzero()[0])]
         for reward, values in per_reward.items():
-            self.rows.append({"step": step, "reward": reward, **values, **scalars, "step_adv_abs": step_adv_abs})
+            self.rows.append({"step": step, "reward": reward, **values, "stall": flags.get(reward), **scalars,
+                              "step_adv_abs": step_adv_abs})
         if self.loggers:
-            self.loggers.scalars(step, logged_scalars(per_reward, scalars))
+            self.loggers.scalars(step, logged_scalars(per_reward, scalars, flags))
+        return warnings
+
+    def _watch(self, per_reward: Mapping[str, Mapping[str, Any]]) -> StallStep:
+        """Feed the stall watch one step: each reward's mean and within-group std (NaN where not recorded)."""
+        def value(reward: str, key: str) -> float:
+            found = per_reward[reward].get(key)
+            return np.nan if found is None else float(found)
+
+        names = self.stall.rewards
+        return self.stall.update([value(r, "reward_mean") for r in names], [value(r, "reward_group_std") for r in names])
 
     def write(self) -> None:
         write_metrics(self.path, self.rows, self.config)
@@ -81,14 +110,18 @@ class MetricsLog:
         self.loggers.close()
 
 
-def logged_scalars(per_reward: dict[str, dict[str, Any]], scalars: dict[str, Any]) -> dict[str, float]:
+def logged_scalars(per_reward: dict[str, dict[str, Any]], scalars: dict[str, Any],
+                   stalls: Mapping[str, bool] | None = None) -> dict[str, float]:
     """The scalars of one step under their logger names: ``train/NAME`` for every step scalar (aggregate,
     losses, KL, clip fraction, grad norm, lr, images, the seconds of each phase), ``reward/NAME`` the
-    mean of reward NAME and ``reward_std/NAME`` its standard deviation over the step's images."""
+    mean of reward NAME and ``reward_std/NAME`` its standard deviation over the step's images, and
+    ``stall/NAME`` 1 where the stall detector flags reward NAME, else 0 (only while it watches)."""
     values = {f"train/{name}": float(value) for name, value in scalars.items()}
     for reward, row in per_reward.items():
         values[f"reward/{reward}"] = float(row["reward_mean"])
         values[f"reward_std/{reward}"] = float(row["reward_std"])
+    for reward, flag in (stalls or {}).items():
+        values[f"stall/{reward}"] = float(flag)
     return values
 
 
@@ -97,14 +130,17 @@ def step_metrics(cfg, W, lam, trained: int, all_rewards, adv, stats: dict[str, f
     """One step's metrics rows from its gathered rewards [P·G, m] and advantages A_i [P·G, m].
 
     ``adv_abs`` of reward i at step t is the mean |T'·W_{i,t}·A_i| (its share of E13's A_t);
-    ``step_adv_abs`` the mean |A_t| after clipping; ``aggregate`` Σ_i λ_i·mean r_i.
+    ``step_adv_abs`` the mean |A_t| after clipping; ``aggregate`` Σ_i λ_i·mean r_i;
+    ``reward_group_std`` the within-group std pooled over the groups (the stall detector's scale).
     """
     from recast_cli.train.objective import step_advantages
 
     means = all_rewards.mean(dim=0).numpy()
     stds = all_rewards.std(dim=0, unbiased=False).numpy()
+    spreads = group_spread(all_rewards.numpy(), cfg.group_size)
     Tw = W * trained
     per_reward = {name: {"reward_mean": float(means[i]), "reward_std": float(stds[i]),
+                         "reward_group_std": float(spreads[i]),
                          "adv_abs": (adv[:, i].abs()[:, None] * Tw[i][None, :]).mean(dim=0).tolist()}
                   for i, name in enumerate(cfg.rewards)}
     full_t = step_advantages(adv, W, clip=cfg.adv_clip, trained=trained)

@@ -45,6 +45,7 @@ from recast_cli.train.params import Parameters
 from recast_cli.train.plan import Plan, check_fsdp
 from recast_cli.train.runfolder import RunFolder
 from recast_cli.train.sharding import clip_grad_norm, local_part, requested_fsdp, shard
+from recast_cli.train.stall import StallWatch
 
 
 # ------------------------------------------------------------------ the trainer
@@ -154,14 +155,16 @@ class Trainer:
 
     def open(self) -> None:
         """Open the run: the folder, locked (rank 0: started, or restarted if it never saved a checkpoint),
-        the metrics log and its loggers (rank 0; W sent to them), and the checkpoint a resumed run
-        continues from (every process)."""
+        the metrics log with its stall watch (``train/stall``) and its loggers (rank 0; W sent to them), and
+        the checkpoint a resumed run continues from (every process)."""
         try:
             if self.rank == 0:
                 self.folder.open()
                 loggers = start_loggers(self.cfg.logger, self.run, self.cfg.wandb_project,
                                         self.folder.config_record()) if self.use_loggers else None
-                self.metrics = MetricsLog(self.run, self.folder.config_record(), loggers)
+                rule = self.cfg.stall_rule()
+                self.metrics = MetricsLog(self.run, self.folder.config_record(), loggers,
+                                          stall=StallWatch(self.cfg.rewards, rule) if rule is not None else None)
             if self.plan.resume_from is not None:  # the adapter was loaded by build_engine
                 self.iteration, self.ema = self.folder.restore(self.plan.resume_from, params=self.params,
                                                                optimizer=self.optimizer, ema=self.ema)
@@ -202,6 +205,7 @@ class Trainer:
                    TextColumn("reward {task.fields[agg]:.4f}  loss {task.fields[loss]:+.2e}  "
                               "kl {task.fields[kl]:.2e}  {task.fields[ips]:.1f} img/s"), TimeRemainingColumn()]
         from rich.console import Console
+        from rich.markup import escape
 
         with Progress(*columns, console=Console(stderr=True), disable=self.quiet or self.rank > 0) as progress:
             task = progress.add_task("train", total=goal, completed=min(self.iteration, goal), agg=math.nan,
@@ -210,7 +214,9 @@ class Trainer:
                 row = self.train_step()
                 s = row["scalars"]
                 if self.metrics is not None:
-                    self.metrics.add(self.iteration, row["per_reward"], s, row["step_adv_abs"])
+                    for line in self.metrics.add(self.iteration, row["per_reward"], s, row["step_adv_abs"]):
+                        progress.console.print(f"[yellow]recast: warning:[/] {escape(line)}", soft_wrap=True,
+                                               highlight=False)
                     self.metrics.write()
                 if self.iteration % self.cfg.save_every == 0 or self.iteration == goal:
                     self.save()

@@ -35,7 +35,7 @@ runner = CliRunner()
 REWARDS = ("toy_color", "toy_shape", "toy_sharpness")
 STEP_SCALARS = ("train/aggregate", "train/kl", "train/clip_frac", "train/loss", "train/policy_loss",
                 "train/grad_norm", "train/lr", "train/images", "train/sample_s", "train/update_s")
-PER_REWARD = tuple(f"reward/{r}" for r in REWARDS) + tuple(f"reward_std/{r}" for r in REWARDS)
+PER_REWARD = tuple(f"{key}/{r}" for key in ("reward", "reward_std", "stall") for r in REWARDS)
 SECRET = "recastfakekey" + "0" * 27  # 40 characters, the shape of a W&B API key
 
 
@@ -126,6 +126,8 @@ def test_tensorboard_gets_every_scalar_each_step_W_once_and_a_sample_grid(both_r
         assert logged[step] == pytest.approx(row["reward_mean"], rel=1e-6)
         kl = {e.step: e.value for e in events.Scalars("train/kl")}
         assert kl[step] == pytest.approx(row["kl"], rel=1e-6, abs=1e-12)
+        stall = {e.step: e.value for e in events.Scalars("stall/toy_shape")}
+        assert stall[step] == float(row["stall"]) == 0.0  # the stall series: 0/1 as flagged (2 steps: never)
     assert set(tags["images"]) == {"weights/W", "samples"}
     assert [e.step for e in events.Images("weights/W")] == [0]
     grids = events.Images("samples")

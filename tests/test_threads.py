@@ -69,3 +69,19 @@ def test_bad_value_through_the_cli_is_one_line_exit_2():
     good = subprocess.run([sys.executable, "-c", MAIN, "--version"], env=clean_env(RECAST_THREADS="1"),
                           capture_output=True, text=True, timeout=120)
     assert good.returncode == 0 and good.stdout.startswith("recast ")
+
+
+def test_shards_share_the_cores_unless_the_user_chose():
+    from recast_cli.threads import share_cores
+
+    env: dict[str, str] = {}
+    choice = share_cores(2, env, cores=2)
+    assert choice.threads == 1 and env == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {}
+    assert share_cores(3, env, cores=16).threads == 5 and env["OMP_NUM_THREADS"] == "5"
+    for chosen in ({"RECAST_THREADS": "2"}, {"OMP_NUM_THREADS": "4"}):
+        env = dict(chosen)
+        assert share_cores(2, env, cores=2).threads in (2, None) and env == chosen  # the user's choice stands
+    env = {}
+    assert share_cores(1, env, cores=2).threads is None and env == {}
+    assert share_cores(4, {}, cores=2).threads == 1

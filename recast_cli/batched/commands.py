@@ -54,6 +54,9 @@ def study_command(
     from recast_cli.estimate.config import parse_shard
 
     part = parse_shard(shard)
+    from recast_cli import threads
+
+    threads.share_cores(part[1])  # n shards at once: one n-th of the cores each (recast_cli/threads.py)
     plan = plan_study(setting, out_dir, parse_seeds(seeds), overrides)
     counts, memory = cell_footprint(plan)  # one joint bound per cell, before anything is allocated
     bounds.check_product("study_cell", {k: counts[k] for k in ("seeds", "rollouts per step", "T")})

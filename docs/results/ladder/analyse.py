@@ -115,6 +115,12 @@ def stable_rung(lost_rate: dict[float, float], rates: list[float]) -> float | No
     return max(ok) if ok else None
 
 
+def stable_low(lost_rate: dict[float, float], rates: list[float]) -> float | None:
+    """The lowest rung whose lost-reward rate is below STABLE (amendment 1: the range's other end)."""
+    ok = [r for r in rates if lost_rate[r] < STABLE]
+    return min(ok) if ok else None
+
+
 # --------------------------------------------------------------------------- the endpoints of one world
 
 
@@ -149,6 +155,7 @@ def world_results(world: str, rng: np.random.Generator) -> dict:
     means = {(a, r): table[(table["arm"] == a) & (table["rate"] == r)].set_index("seed")["mean"].loc[seeds].to_numpy()
              for a in arms for r in rates}
     out["stable"] = {a: stable_rung({r: lost[(a, r)].mean() for r in rates}, rates) for a in arms}
+    out["stable_low"] = {a: stable_low({r: lost[(a, r)].mean() for r in rates}, rates) for a in arms}
     out["best"] = {a: max(means[(a, r)].mean() for r in rates) for a in arms}
     draws = {a: [] for a in arms}
     best_diff = {a: [] for a in arms}
@@ -305,12 +312,12 @@ def world_section(world: str, r: dict) -> list[str]:
     out.append("### Endpoint 3: stable range (lost-reward rate < 10 %) and best mean over the ladder\n")
     rows = []
     for arm in arms:
-        s = r["stable"][arm]
+        s, low = r["stable"][arm], r["stable_low"][arm]
         boot = ", ".join(f"{k}: {v:.2f}" for k, v in r["stable_boot"][arm].sort_index().items())
         d, lo, hi = r["best_diff"][arm]
-        rows.append([arm, "none" if s is None else f"{s:g}", boot, f"{r['best'][arm]:.4f}",
+        rows.append([arm, "none" if s is None else f"{low:g} … {s:g}", boot, f"{r['best'][arm]:.4f}",
                      "—" if arm == "static" else f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]"])
-    out.append(md(["arm", "stable range", f"bootstrap share per rung ({BOOT} resamples)", "best mean",
+    out.append(md(["arm", "stable range (lowest … highest rung)", f"bootstrap share of its highest rung ({BOOT} resamples)", "best mean",
                    "best − static's best (95% bootstrap)"], rows))
     out.append("### Mechanism: each reward's gradient SNR at iterations 1, 11, 21, 30; clip fraction\n")
     out.append(md(["arm", "rate", "reward", "SNR", "clip fraction"], r["mechanism"]))

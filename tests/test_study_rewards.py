@@ -155,3 +155,18 @@ def test_the_study_report_counts_the_seeds_whose_training_stalled_a_reward():
     del old.train["reward_spread/a"]
     assert stall_counts(old) is None
     assert "3 (3)" in table_stalls({"static": cell(False)})
+
+
+def test_every_committed_csv_loads_with_a_plain_read_csv():
+    """Issue 42 §1: every CSV the project ships (study endpoints, pilots) reads with pandas' defaults: a
+    header line first, the same number of fields in every row, no unnamed columns."""
+    from pathlib import Path
+
+    files = sorted(Path(__file__).resolve().parents[1].glob("docs/**/*.csv"))
+    assert files
+    for path in files:
+        table = pd.read_csv(path)
+        assert len(table) > 0 and not any(str(c).startswith("Unnamed") for c in table.columns), path
+        assert {"arm", "seed", "primary", "secondary"} <= set(table.columns), path
+        widths = {line.count(",") for line in path.read_text().splitlines()}
+        assert len(widths) == 1, f"{path}: rows of different widths"

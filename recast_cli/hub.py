@@ -136,7 +136,7 @@ def hub_id_of(value: str | os.PathLike[str], base: Path | None = None) -> HubRef
 
 def fetch_hint(ref: HubRef) -> str:
     return (f"run `recast fetch SETTING` on a machine with network access (gated repos: accept the licence on "
-            f"huggingface.co/{ref.repo}, then `huggingface-cli login` or set HF_TOKEN)")
+            f"huggingface.co/{ref.repo}, then `hf auth login` or set HF_TOKEN)")
 
 
 def repo_cache_folder(ref: HubRef) -> Path:

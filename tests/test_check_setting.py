@@ -109,7 +109,7 @@ def test_paper_settings_name_the_missing_hub_model_and_how_to_fetch_it(name, tmp
     with hubcache.using_cache(tmp_path / "empty-cache"):
         line = assert_one_line_exit_2(check(name), f"{name}.toml", PAPER_SETTINGS[name],
                                       "not in the local Hugging Face cache", "recast fetch")
-    assert "huggingface-cli login" in line
+    assert "hf auth login" in line
 
 
 @pytest.mark.parametrize("name", PAPER_SETTINGS)

@@ -133,7 +133,7 @@ def test_a_gated_repo_is_one_line_telling_to_log_in(hub, tmp_path):
     hub.gated.add("tiny/sd3")
     setting = write_setting(tmp_path, "tiny/sd3")
     result = run(["-m", "recast_cli", "fetch", str(setting)], {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf")})
-    assert_one_line_2(result, "tiny/sd3 is gated", "huggingface-cli login", "HF_TOKEN")
+    assert_one_line_2(result, "tiny/sd3 is gated", "hf auth login", "HF_TOKEN")
     assert not (tmp_path / "hf" / "models--tiny--sd3" / "snapshots").exists()
 
 

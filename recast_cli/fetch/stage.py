@@ -153,7 +153,7 @@ def hub_error(exc: Exception, ref: HubRef) -> BadInput:
         RevisionNotFoundError,
     )
 
-    login = "run `huggingface-cli login` (or `hf auth login`) or set HF_TOKEN"
+    login = "run `hf auth login` or set HF_TOKEN"
     if isinstance(exc, GatedRepoError):
         return BadInput(f"{ref.repo} is gated: accept its licence on huggingface.co/{ref.repo}, then {login}")
     if isinstance(exc, RevisionNotFoundError):

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 EXAMPLE := pipelines/examples/gmm1d-exact-alpha2.parquet
 DEMO   := artifacts/demo
 
-.PHONY: setup test demo bench example gpu-preflight device-wheels fetch clean all
+.PHONY: setup test demo bench example gpu-preflight device-wheels fetch clean all judges side
 
 setup: $(STAMP)
 
@@ -91,8 +91,7 @@ device-wheels: $(STAMP)
 	    --python-version 3.12 --implementation cp $(DEVICE_PLATFORMS) -d .whl -r benchmarks/device-wheels.txt
 
 # Download what a setting needs (docs/fetch.md): its Hub models into the HF cache, its pinned prompt
-# files into its data paths; the size first, resumable. FETCH_FLAGS=--trust-unpinned for files whose
-# sha256 is not pinned yet (recast_cli/fetch/sources.py).
+# files into its data paths; the size first, resumable. FETCH_FLAGS passes flags (--dry-run).
 fetch: $(STAMP)
 	$(BIN)/recast fetch $(SETTING) $(FETCH_FLAGS)
 
@@ -116,6 +115,18 @@ all: $(STAMP)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
 	$(STUDY_THREADS) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all
+
+# The held-out judges of a study that `make all` ran (its evaluations score the training rewards only, so
+# training never waits on a judge): every evaluation gets [evaluate] judges, scored on its saved images,
+# then the report again. JUDGES_ENV runs the judges in another environment, e.g.
+# JUDGES_ENV="PYTHONPATH=.side/hps:.side/ir" for hpsv3 and imagereward (their package sets: make side).
+judges: $(STAMP)
+	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
+	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
+	$(JUDGES_ENV) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) judges
+
+# The side package sets of the judges whose packages pin transformers 4.x (docs/rewards.md).
+side: $(SIDE_HPS)
 
 clean:
 	rm -rf $(VENV) $(SIDE) $(DEMO) .pytest_cache

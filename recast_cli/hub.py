@@ -65,9 +65,16 @@ class HubRef:
         return self.repo if self.revision is None else f"{self.repo}@{self.revision}"
 
 
+#: Repo ids from before the Hub had owners, still used by packages recast runs (ImageReward's BLIP loads
+#: ``bert-base-uncased``); their cache folder is ``models--NAME``. Only these: a setting's ids are OWNER/NAME.
+LEGACY_IDS = frozenset({"bert-base-uncased"})
+
+
 def repo_problem(repo: str) -> str | None:
     """What the Hub's grammar (huggingface_hub's validate_repo_id) refuses in ``repo``; None when it is valid.
     ``--`` is refused because the cache folder ``models--OWNER--NAME`` must name one repo."""
+    if repo in LEGACY_IDS:
+        return None
     parts = repo.split("/")
     if len(parts) != 2:
         return "a repo id is OWNER/NAME"

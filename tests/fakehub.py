@@ -119,8 +119,9 @@ class _HubHandler(BaseHTTPRequestHandler):
         raw = urlsplit(self.path).path
         path = unquote(raw)
         hub.requests.append((self.command, path, self.headers.get("Range")))
-        api = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/(.+))?", path)
-        resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", raw)  # the revision is quoted whole
+        # OWNER/NAME, or a legacy id without an owner (bert-base-uncased)
+        api = re.fullmatch(r"/api/models/([^/]+/[^/]+|[^/]+)(?:/revision/(.+))?", path)
+        resolve = re.fullmatch(r"/((?:[^/]+/)?[^/]+)/resolve/([^/]+)/(.+)", raw)  # the revision is quoted whole
         resolve = resolve and [None, *map(unquote, resolve.groups())]
         if api:
             if self._deny(api[1]):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -61,8 +63,13 @@ def standins(tmp_path_factory) -> Iterator[Path]:
 
     root = tmp_path_factory.mktemp("paper")
     (root / "pipelines").mkdir()
+    # the GenEval training reward's server: something that answers HTTP (check-setting asks only that)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     for name in PAPER_SETTINGS:
-        (root / "pipelines" / f"{name}.toml").write_text((PIPELINES / f"{name}.toml").read_text())
+        text = (PIPELINES / f"{name}.toml").read_text()
+        text = text.replace('url = "http://127.0.0.1:18085"', f'url = "http://127.0.0.1:{server.server_port}"')
+        (root / "pipelines" / f"{name}.toml").write_text(text)
     cache = root / "hf"
     hubcache.put(cache, "stabilityai/stable-diffusion-3.5-medium",
                  write=lambda folder: save_pipeline(build_pipeline(toy_words(), with_t5=True), folder))
@@ -84,6 +91,7 @@ def standins(tmp_path_factory) -> Iterator[Path]:
     (geneval / "estimate.txt").write_text("a photo of a cat\n")
     with hubcache.using_cache(cache):
         yield root
+    server.shutdown()
 
 
 def variant(standins: Path, base: str, name: str, old: str, new: str) -> Path:
@@ -93,6 +101,24 @@ def variant(standins: Path, base: str, name: str, old: str, new: str) -> Path:
     path = standins / "pipelines" / f"{name}.toml"
     path.write_text(text.replace(old, new, 1))
     return path
+
+
+class Answers(BaseHTTPRequestHandler):
+    """A server that answers every GET (404) and logs nothing."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    """The paper settings' positives come from an image API whose key is read from the environment: set, as
+    on a node that is ready; the bare-machine test takes it away."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
 
 def test_toy_setting_passes():
@@ -107,18 +133,39 @@ def test_paper_settings_name_the_missing_hub_model_and_how_to_fetch_it(name, tmp
     setting = load_setting(name)
     assert setting.policy.path is None and setting.policy.hub.repo == PAPER_SETTINGS[name]
     with hubcache.using_cache(tmp_path / "empty-cache"):
-        line = assert_one_line_exit_2(check(name), f"{name}.toml", PAPER_SETTINGS[name],
-                                      "not in the local Hugging Face cache", "recast fetch")
+        line = assert_one_line_exit_2(check(name, "--first"), f"{name}.toml", PAPER_SETTINGS[name],
+                                      "not in the local Hugging Face cache", f"`recast fetch {name}`")
     assert "hf auth login" in line
 
 
+def test_a_bare_machine_hears_everything_missing_at_once(tmp_path, monkeypatch):
+    """Nothing fetched, no API key: every missing repo, prompt file and key in one run, each with what
+    provides it; the judges apart, for `make judges`, not failing the check."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with hubcache.using_cache(tmp_path / "empty-cache"):
+        result = check("ocr")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    for needle in ("stabilityai/stable-diffusion-3.5-medium", "openai/clip-vit-large-patch14", "xswu/HPSv2",
+                   "yuvalkirstain/PickScore_v1", "train.txt", "OPENAI_API_KEY"):
+        assert sum(needle in line for line in lines) == 1, (needle, result.stderr)
+    assert all(line.startswith("recast: error: ocr.toml: ") for line in lines)
+    assert "`recast fetch ocr`" in result.stderr and "SETTING" not in result.stderr
+    assert "make judges SETTING=ocr" in " ".join(result.stdout.split())
+    for judge in ("imagereward", "aesthetic", "hpsv3", "unifiedreward"):
+        assert f"judge {judge}:" in result.stdout, judge
+
+
 @pytest.mark.parametrize("name", PAPER_SETTINGS)
-def test_paper_settings_pass_over_standins(standins, name):
+def test_paper_settings_pass_over_standins(standins, name, monkeypatch):
     result = check(standins / "pipelines" / f"{name}.toml")
     assert result.exit_code == 0, result.stderr
     assert "checks passed" in result.stdout
-    for scorer in ("clip", "hps", "pick", "imagereward", "aesthetic", "hpsv3", "unifiedreward"):
+    for scorer in ("clip", "hps", "pick"):
         assert f"scorer {scorer}" in result.stdout
+    for judge in ("imagereward", "aesthetic", "hpsv3", "unifiedreward"):
+        assert f"judge {judge}" in result.stdout  # checked, and what each lacks listed for make judges
+    assert "judge unifiedreward: its server http" in result.stdout and "vllm serve" in result.stdout
 
 
 def test_train_lambda_of_the_wrong_length_is_bad_input(standins):

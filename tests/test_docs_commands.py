@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -135,8 +136,9 @@ def hf_help(path: tuple[str, ...]) -> tuple[int, str]:
     exe = BIN / "hf"
     if not exe.exists():
         return 127, ""
-    done = subprocess.run([str(exe), *path, "--help"], capture_output=True, text=True, timeout=120,
-                          env={"HF_HUB_OFFLINE": "1", "PATH": str(BIN), "HOME": str(ROOT)})
+    with tempfile.TemporaryDirectory() as home:  # hf may write its own files under HOME
+        done = subprocess.run([str(exe), *path, "--help"], capture_output=True, text=True, timeout=120,
+                              env={"HF_HUB_OFFLINE": "1", "PATH": str(BIN), "HOME": home}, cwd=home)
     return done.returncode, done.stdout + done.stderr
 
 

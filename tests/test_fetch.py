@@ -200,11 +200,15 @@ def test_a_reward_weight_given_as_a_hub_id_resolves_from_the_cache_and_a_local_o
     assert local == str(tmp_path / "org" / "clip")
 
 
-def test_an_unpinned_prompt_file_is_refused_before_any_download(tmp_path):
+def test_a_dry_run_needs_no_flag_and_offline_shows_the_plan_without_sizes(tmp_path):
     setting = tmp_path / "s.toml"
-    setting.write_text('[policy]\nkind = "gmm1d"\n[train]\nprompts = "data/ocr/train.txt"\n')
-    result = run(["-m", "recast_cli", "fetch", str(setting)], {"HF_ENDPOINT": "http://127.0.0.1:9"})
-    assert_one_line_2(result, "no sha256 pinned yet", "ocr/train.txt", "--trust-unpinned")
+    setting.write_text('[policy]\nkind = "gmm1d"\n[train]\nprompts = "data/ocr/train.txt"\n'
+                       '[rewards.clip]\nweights = "org/clip"\n[evaluate]\njudges = ["clip"]\n')
+    result = run(["-m", "recast_cli", "fetch", str(setting), "--dry-run"],
+                 {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "org/clip" in result.stdout and "ocr/train.txt" in result.stdout
+    assert "sha256 recorded at download" in result.stdout and "HF_HUB_OFFLINE=1" in result.stdout
     assert not (tmp_path / "data").exists()
 
 
@@ -286,6 +290,15 @@ OCR_REWARD_REPOS = {
     "trl-lib/ddpo-aesthetic-predictor": {"aesthetic-model.pth": b"a" * 100, "README.md": b"# head\n"},
     "THUDM/ImageReward": {"ImageReward.pt": b"i" * 300, "med_config.json": b"{}", "README.md": b"# ir\n"},
     "MizzenAI/HPSv3": {"HPSv3.safetensors": b"v" * 300, "README.md": b"# v3\n"},
+    # what the judges' own packages and servers load: HPSv3's base model, BLIP's tokenizer, UnifiedReward's model
+    "Qwen/Qwen2-VL-7B-Instruct": {"config.json": b"{}", "tokenizer.json": b"{}", "chat_template.json": b"{}",
+                                  "model-00001-of-00002.safetensors": b"q" * 200,
+                                  "model-00002-of-00002.safetensors": b"q" * 100,
+                                  "model.safetensors.index.json": b"{}", "README.md": b"# qwen\n"},
+    "bert-base-uncased": {"config.json": b"{}", "tokenizer_config.json": b"{}", "vocab.txt": b"[PAD]\n",
+                          "model.safetensors": b"b" * 300, "flax_model.msgpack": b"b" * 300},
+    "CodeGoat24/UnifiedReward-2.0-qwen-7b": {"config.json": b"{}", "tokenizer.json": b"{}",
+                                             "model.safetensors": b"u" * 300, "README.md": b"# ur\n"},
 }
 #: what fetch should take of each (the loader's files only: no .bin twin, other framework, README or other checkpoint)
 OCR_REWARD_TAKEN = {
@@ -296,6 +309,11 @@ OCR_REWARD_TAKEN = {
     "trl-lib/ddpo-aesthetic-predictor": ["aesthetic-model.pth"],
     "THUDM/ImageReward": ["ImageReward.pt", "med_config.json"],
     "MizzenAI/HPSv3": ["HPSv3.safetensors"],
+    "Qwen/Qwen2-VL-7B-Instruct": ["chat_template.json", "config.json", "model-00001-of-00002.safetensors",
+                                  "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                                  "tokenizer.json"],
+    "bert-base-uncased": ["config.json", "tokenizer_config.json", "vocab.txt"],
+    "CodeGoat24/UnifiedReward-2.0-qwen-7b": ["config.json", "model.safetensors", "tokenizer.json"],
 }
 #: `recast fetch` with the prompt files' pins (url, git blob, sha256) replaced by the test's, then the CLI
 PINNED_CLI = ("import json, sys; from recast_cli.fetch import sources as s; "
@@ -303,10 +321,37 @@ PINNED_CLI = ("import json, sys; from recast_cli.fetch import sources as s; "
               "from recast_cli.cli import main; main()")
 
 
+def test_a_file_pinned_by_its_git_blob_alone_is_fetched_without_a_flag_and_its_sha256_recorded(files, tmp_path):
+    """No sha256 in the table: the git blob id pins the download, its sha256 is recorded beside it, and a
+    later fetch checks the file against that record (a record that disagrees is refused in one line)."""
+    train = "".join(f'A shop sign that reads "OPEN {i}"\n' for i in range(40)).encode()
+    files.files["/ocr/train.txt"] = train
+    pins = {"ocr/train.txt": [f"{files.url}/ocr/train.txt", git_blob(train), None]}
+    setting = tmp_path / "s.toml"
+    setting.write_text('[policy]\nkind = "gmm1d"\n[train]\nprompts = "data/ocr/train.txt"\n')
+    target = tmp_path / "data" / "ocr" / "train.txt"
+    record = target.with_name(".train.txt.recast-sha256")
+
+    result = run(["-c", PINNED_CLI, json.dumps(pins), "fetch", str(setting)], {"HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert target.read_bytes() == train
+    assert record.read_text() == f"{hashlib.sha256(train).hexdigest()}  train.txt\n"
+    again = run(["-c", PINNED_CLI, json.dumps(pins), "fetch", str(setting)], {"HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert again.returncode == 0 and "matches its pins" in again.stdout, again.stdout + again.stderr
+
+    record.write_text(f"{'0' * 64}  train.txt\n")
+    refused = run(["-c", PINNED_CLI, json.dumps(pins), "fetch", str(setting)], {"HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert_one_line_2(refused, "exists and is not ocr/train.txt", "sha256")
+    assert target.read_bytes() == train  # never replaced
+    record.write_text("not a record\n")
+    assert_one_line_2(run(["-c", PINNED_CLI, json.dumps(pins), "fetch", str(setting)],
+                          {"HF_ENDPOINT": "http://127.0.0.1:9"}), "is not the sha256 record recast writes")
+
+
 def test_the_shipped_ocr_setting_fetches_every_model_and_prompt_file_it_names_then_checks_offline(
         hub, files, tiny_sd3, tmp_path):
     """pipelines/ocr.toml verbatim, beside a fresh data/ and an empty HF cache: `recast fetch` takes the
-    eight Hub repos it names (only the loaders' files) and Flow-GRPO's OCR prompt files (checked against
+    eight Hub repos it names and the three its judges' packages and server load (only the loaders' files) and Flow-GRPO's OCR prompt files (checked against
     their pins), makes estimate.txt, and afterwards `recast check-setting` passes with the network gone."""
     hub.add_repo("stabilityai/stable-diffusion-3.5-medium", tiny_sd3, EXTRAS)
     for repo, stand_in in OCR_REWARD_REPOS.items():
@@ -343,6 +388,7 @@ def test_the_shipped_ocr_setting_fetches_every_model_and_prompt_file_it_names_th
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "hf", "pipelines", "repos"]  # nothing else written
 
     checked = run(["-m", "recast_cli", "check-setting", str(setting)],
-                  {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(cache)})
+                  {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(cache),
+                   "OPENAI_API_KEY": "sk-test"})  # the positives' API key comes from the environment
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "checks passed" in checked.stdout

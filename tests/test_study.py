@@ -44,8 +44,12 @@ def test_the_graph_runs_the_warmup_positives_estimates_every_mode_and_the_report
     solves = [line for line in text.splitlines() if "solve-w" in line]
     kinds = [line.split(" --mode ")[1].split(" --tau")[0] for line in solves]
     assert kinds == ["static --kernel exp", "recast --kernel exp"]
-    recipes = [line.split()[1] for line in text.splitlines() if line.startswith("\t$(RECAST) ")]
-    assert recipes.count("train") == 3 and recipes.count("evaluate") == 3  # the warmup and each mode; base + modes
+    lines = [line for line in text.splitlines() if line.startswith("\t$(RECAST) ")]
+    recipes = [line.split()[1] for line in lines]
+    judges = [line for line in lines if "--add-judges" in line]
+    assert recipes.count("train") == 3 and recipes.count("evaluate") == 3 + 3  # the warmup and each mode; base + modes
+    assert len(judges) == 3  # `make judges`: each evaluation again, its judges added
+    assert all("--judges ''" in line for line in lines if " evaluate " in line and line not in judges)
     assert recipes.count("estimate") == 4  # at the warmup, and D at the base model and at both trained checkpoints
     assert {"sample-positive", "solve-w", "report"} <= set(recipes)
 

@@ -108,6 +108,8 @@ class Fakes:
         self.urls: dict[str, str] = {}
 
     def geneval(self, method, path, headers, body):
+        if method == "GET":  # `recast check-setting` asks whether the server answers: 404, as a real one would
+            return 404, json_body({"detail": "Not Found"})
         request = json.loads(body)
         assert len(request["images"]) == len(request["meta_datas"]) and request["only_strict"] is True
         assert all("tag" in m and "include" in m for m in request["meta_datas"])
@@ -118,6 +120,8 @@ class Fakes:
                                "group_strict_rewards": {}})
 
     def unifiedreward(self, method, path, headers, body):
+        if method == "GET":  # `recast check-setting` asks whether the server answers
+            return 404, json_body({"detail": "Not Found"})
         assert method == "POST" and path == "/v1/chat/completions", path
         parts = json.loads(body)["messages"][0]["content"]
         image = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url").split(",", 1)[1]
@@ -280,7 +284,7 @@ def paper_copy(tree: Path, fakes: Fakes, name: str) -> Path:
         for option in reward_path_options(reward) & set(options):
             assert (tree / "pipelines" / options[option]).resolve().is_relative_to(tree), (reward, option)
     judges = original["evaluate"]["judges"]
-    data["evaluate"]["judges"] = [f"{j}@{fakes.urls[j]}" if j in REMOTE_JUDGES else j for j in judges]
+    data["evaluate"]["judges"] = [f"{j}@{fakes.urls[j]}" if j in REMOTE_JUDGES else j for j in judges] + [SIDE_JUDGE]
     data["policy"].update(POLICY)
     data["train"].update(TRAIN)
     data["study"].update(STUDY)
@@ -299,19 +303,61 @@ def paper_copy(tree: Path, fakes: Fakes, name: str) -> Path:
 # --------------------------------------------------------------------------- the test
 
 
-def _run(args: list[str], cwd: Path, timeout: int) -> subprocess.CompletedProcess:
+#: a held-out judge whose package is not in recast's environment (as hpsv3's is not on a bare node): a plug-in
+#: scorer (module:Class) that imports ``recast_side_pkg``, which only ``side/`` holds
+SIDE_JUDGE = "side_judge:SideJudge"
+SIDE_JUDGE_CODE = '''"""A judge whose package lives in a side environment (tests/test_study_paper_settings.py)."""
+import numpy as np
+
+from recast_cli.rewards.base import Scorer
+
+
+class SideJudge(Scorer):
+    name = "side_judge"
+    requires = ("recast_side_pkg",)
+    provided_by = "make judges with its side environment on PYTHONPATH"
+
+    def __init__(self):
+        import recast_side_pkg
+
+        self.brightness = recast_side_pkg.brightness
+
+    def score(self, images, prompts):
+        return np.array([self.brightness(im) for im in images], dtype=np.float64)
+'''
+
+
+def write_side_judge(tree: Path) -> tuple[Path, Path]:
+    """(the plug-in's folder, the side environment's folder)."""
+    plugins, side = tree / "plugins", tree / "side" / "recast_side_pkg"
+    plugins.mkdir(exist_ok=True)
+    side.mkdir(parents=True, exist_ok=True)
+    (plugins / "side_judge.py").write_text(SIDE_JUDGE_CODE)
+    (side / "__init__.py").write_text("import numpy as np\n\n\ndef brightness(image):\n"
+                                      "    return float(np.asarray(image, dtype=np.float64).mean() / 255)\n")
+    return plugins, side.parent
+
+
+def _run(args: list[str], cwd: Path, timeout: int, pythonpath: str | None = None) -> subprocess.CompletedProcess:
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HOME": str(cwd),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(cwd / "hf-cache")}
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(cwd / "hf-cache"),
+           **({"PYTHONPATH": pythonpath} if pythonpath else {})}
     return subprocess.run(args, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 @pytest.mark.parametrize("name", ["ocr", "geneval"])
-def test_paper_study_runs_end_to_end_over_tiny_standins(tree, fakes, name):
+def test_paper_study_runs_end_to_end_over_tiny_standins(tree, fakes, name, monkeypatch):
+    plugins, side = write_side_judge(tree)
+    monkeypatch.syspath_prepend(str(plugins))
     setting = paper_copy(tree, fakes, name)
     check = runner.invoke(app, ["check-setting", str(setting)])
     assert check.exit_code == 0, check.stderr
     assert "checks passed" in check.stdout
+    shown = " ".join(check.stdout.split())
+    # the judge whose package is missing is listed, with what provides it; it does not fail the check
+    assert f"judge {SIDE_JUDGE}: package recast_side_pkg does not import here" in shown, shown
+    assert "make judges" in shown
     rewards = tomllib.loads(setting.read_text())["train"]["rewards"]
     assert rewards == ["clip", "hps", "pick", name]
 
@@ -331,44 +377,60 @@ def test_paper_study_runs_end_to_end_over_tiny_standins(tree, fakes, name):
         assert f"--setting {setting}" in planned.stdout or str(setting) in planned.stdout
         return
     before = dict(fakes.calls)
-    made = _run(["make", "-f", str(mk), "-j", "2", "all"], tree, 900)  # `make all JOBS=2`
+    made = _run(["make", "-f", str(mk), "-j", "2", "all"], tree, 900, str(plugins))  # `make all JOBS=2`
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    assert "train step 2/2" in made.stderr  # one progress line per step and run (--progress lines)
 
     report = root / "report" / "report.md"
     assert report.is_file()
-    judges = tomllib.loads((PIPELINES / f"{name}.toml").read_text())["evaluate"]["judges"]
-    assert f"Training rewards: {', '.join(rewards)}; held-out judges: {', '.join(judges)}." in report.read_text()
+    assert f"Training rewards: {', '.join(rewards)}; held-out judges: none." in report.read_text()
     for run in ("static-s0", "recast-s0"):
         assert (root / "runs" / "1-1-1-2" / run / ".done").is_file()
         assert (root / "evals" / "1-1-1-2" / f"{run}.parquet").is_file()
-    # every evaluation scored every training reward and judge (remote judges under their own names)
     import pyarrow.parquet as pq
 
-    for table in ("base", "1-1-1-2/static-s0", "1-1-1-2/recast-s0"):
+    tables = ("base", "1-1-1-2/static-s0", "1-1-1-2/recast-s0")
+    # `make all` trained and evaluated without any judge: training never waits on one
+    for table in tables:
+        rows = pq.read_table(root / "evals" / f"{table}.parquet", columns=["kind", "scorer"]).to_pylist()
+        assert {(r["kind"], r["scorer"]) for r in rows} == {("reward", r) for r in rewards}, table
+    assert all(fakes.calls[j] == before[j] for j in (*REMOTE_JUDGES, "unifiedreward"))
+
+    # `make judges`, once the side judge's environment is there, adds every judge to every evaluation
+    judged = _run(["make", "-f", str(mk), "judges"], tree, 900, f"{plugins}:{side}")
+    assert judged.returncode == 0, judged.stdout[-3000:] + judged.stderr[-3000:]
+    judges = tomllib.loads((PIPELINES / f"{name}.toml").read_text())["evaluate"]["judges"] + [SIDE_JUDGE]
+    assert f"Training rewards: {', '.join(rewards)}; held-out judges: {', '.join(judges)}." in report.read_text()
+    # every evaluation scored every training reward and judge (remote judges under their own names)
+    for table in tables:
         rows = pq.read_table(root / "evals" / f"{table}.parquet", columns=["kind", "scorer", "score"]).to_pylist()
         assert {(r["kind"], r["scorer"]) for r in rows} == {("reward", r) for r in rewards} | {
             ("judge", j) for j in judges}, table
         assert all(np.isfinite(r["score"]) for r in rows)
+    assert "--add-judges" not in _run(["make", "-f", str(mk), "-n", "judges"], tree, 120).stdout  # all judged
     # every server was asked, through its protocol: geneval (a training reward of one setting) and the judges
     used = {k: fakes.calls[k] - before[k] for k in fakes.calls}
     assert used["unifiedreward"] > 0 and all(used[j] > 0 for j in REMOTE_JUDGES), used
     assert used["geneval"] == 0, used  # ocr trains no geneval reward
-    _resumes_only_what_a_kill_left_undone(mk, tree, root)
+    _resumes_only_what_a_kill_left_undone(mk, tree, root, str(plugins))
 
 
-def _resumes_only_what_a_kill_left_undone(mk: Path, tree: Path, root: Path) -> None:
+def _resumes_only_what_a_kill_left_undone(mk: Path, tree: Path, root: Path, plugins: str) -> None:
     """Nothing is left to do; then, as a kill mid-way would leave it, the ReCAST run's stamp and its
     evaluation are gone: a second make redoes only them, its D estimate (Table 6) and the report."""
-    again = _run(["make", "-f", str(mk), "--question", "all"], tree, 120)
+    again = _run(["make", "-f", str(mk), "--question", "all"], tree, 120, plugins)
     assert again.returncode == 0, again.stdout
     gains = (root / "gains.parquet").stat().st_mtime_ns
     static = (root / "evals" / "1-1-1-2" / "static-s0.parquet").stat().st_mtime_ns
     (root / "runs" / "1-1-1-2" / "recast-s0" / ".done").unlink()
     (root / "evals" / "1-1-1-2" / "recast-s0.parquet").unlink()
-    resumed = _run(["make", "-f", str(mk), "-j", "2", "all"], tree, 900)
+    resumed = _run(["make", "-f", str(mk), "-j", "2", "all"], tree, 900, plugins)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     recipes = [line for line in resumed.stdout.splitlines() if " --out " in line]
     redone = sorted(line.split(" --out ")[1].split()[0].rsplit("/", 3)[-1] for line in recipes)
     assert redone == ["1-1-1-2-recast-s0.parquet", "recast-s0", "recast-s0.parquet", "report"], redone
     assert (root / "gains.parquet").stat().st_mtime_ns == gains
     assert (root / "evals" / "1-1-1-2" / "static-s0.parquet").stat().st_mtime_ns == static
+    # the evaluation redone has no judges yet: `make judges` would judge it (and only it) again
+    stale = _run(["make", "-f", str(mk), "-n", "judges"], tree, 120)
+    assert stale.stdout.count("--add-judges") == 1 and "recast-s0.parquet --quiet" in stale.stdout, stale.stdout

@@ -19,7 +19,11 @@ def evaluate_command(
                                                            "with the run's setting."),
     setting: Optional[str] = typer.Option(None, "--setting", help="Evaluate the base model of this setting "
                                                                   "(pipelines/NAME.toml or a .toml path)."),
-    out_path: Path = typer.Option(..., "--out", help="Output Parquet (recast.eval/1); images go to OUT.images/."),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="Output Parquet (recast.eval/1); images go to "
+                                                                "OUT.images/."),
+    add_judges: Optional[Path] = typer.Option(None, "--add-judges",
+                                              help="An evaluation table: score the judges (--judges, else the "
+                                                   "setting's) on its saved images and add them to it (make judges)."),
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint",
                                              help="Step of the run's checkpoint (default: the latest)."),
     judges: Optional[str] = typer.Option(None, "--judges", help="Held-out judges, comma-separated (default: the "
@@ -37,10 +41,26 @@ def evaluate_command(
 ) -> None:
     """Evaluate the base model or a trained run: ODE samples of held-out prompts, rewards and judges per image
     (in the 1-D world flow1d: mean rewards per checkpoint and sampler, a recast.curve/1 table)."""
-    from recast_cli.evaluate.stage import EvalPlan, images_dir, run_evaluation
+    from recast_cli.errors import BadInput
+    from recast_cli.evaluate.stage import EvalPlan, images_dir, parse_judges, run_evaluation
 
     bounds.check_all(("checkpoint", "--checkpoint", checkpoint), ("images_per_prompt", "--n", n),
                      ("seed", "--seed", seed), ("batch", "--batch-size", batch_size))
+    if add_judges is not None:
+        from recast_cli.evaluate.judges import add_judges as add
+
+        given = [flag for flag, value in (("--run", run), ("--setting", setting), ("--out", out_path),
+                                          ("--checkpoint", checkpoint), ("--n", n), ("--seed", seed),
+                                          ("--checkpoints", checkpoints), ("--sampler", sampler)) if value is not None]
+        if given:
+            raise BadInput(f"--add-judges scores the images an evaluation saved: {', '.join(given)} do not apply")
+        table = add(add_judges, None if judges is None else parse_judges(judges), batch_size, device, quiet)
+        judged = [s for s, k in zip(table.scorers, table.kinds) if k == "judge"]
+        out.print(f"{add_judges}: {len(table.images)} images, judges {', '.join(judged)} "
+                  + ", ".join(f"{s} {table.column(s).mean():.4f}" for s in judged))
+        return
+    if out_path is None:
+        raise BadInput("--out is required (or --add-judges EVAL)")
     plan, table = run_evaluation(run, setting, out_path, checkpoint=checkpoint, checkpoints=checkpoints,
                                  sampler=sampler, judges=judges, n=n, seed=seed, batch_size=batch_size, device=device,
                                  quiet=quiet)

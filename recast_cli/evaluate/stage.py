@@ -150,7 +150,7 @@ def plan_evaluation(target: Target, out: Path, judges: Sequence[str] | None = No
         raise BadInput(f"{target.setting.file}: nothing to score (no [train] rewards and no judges)")
     prompts, _ = load_prompts(cfg.prompts)
     check_prompts(spec, prompts)
-    options = {name: _with_device(name, dict(train.reward_options.get(name, {})), device)
+    options = {name: with_device(name, dict(train.reward_options.get(name, {})), device)
                for name in (*rewards, *cfg.judges)}
     claim_output(out, EVAL_SCHEMA)
     for folder in (images_dir(out), parts_dir(out)):
@@ -183,7 +183,7 @@ def _label(name: str) -> str:
     return name.split("@", 1)[0]
 
 
-def _with_device(name: str, options: dict[str, Any], device: str | None) -> dict[str, Any]:
+def with_device(name: str, options: dict[str, Any], device: str | None) -> dict[str, Any]:
     from recast_cli.rewards import scorer_class
 
     if device is not None and "device" in inspect.signature(scorer_class(name)).parameters:

@@ -10,7 +10,8 @@ Two checks, both from the upstream repository itself:
   ``b"blob <size>\\0" + content``. Every file has one; fetch always checks it.
 * ``sha256``: the file's SHA-256, computed from the blob in a clone of that commit. ``None`` =
   not yet pinned (the clone this table was made from held the tree but not these large blobs):
-  fetch refuses such a file unless ``--trust-unpinned`` (the git blob id still checks it). Fill
+  the git blob id pins such a file, and fetch records its sha256 beside it at the first verified
+  download (``.NAME.recast-sha256``) and checks it against that record after that. Fill
   each ``None`` from a verified download (``sha256sum`` of a file whose ``git hash-object``
   equals ``git_blob``).
 * ``size``: the file's size in bytes, the size of that blob (``git cat-file -s``), where the clone

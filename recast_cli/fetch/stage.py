@@ -4,7 +4,9 @@
    ``[policy] path`` when it is a repo id, each weight of each scorer it uses given as a repo id
    or left to the scorer's default repo — and every prompt file it names that is in the pinned
    table (recast_cli/fetch/sources.py) or made from one. A local path is never fetched (it wins).
-   An unpinned prompt file is refused here unless ``trust_unpinned``.
+   A prompt file is pinned by its git blob id (a SHA-1 of its content, in the upstream commit's tree);
+   one without a sha256 in the table gets its sha256 recorded beside it at the first verified
+   download (``.NAME.recast-sha256``, the ``sha256sum`` format), and checked against it after that.
 2. ``size_models`` asks the Hub for each repo's file list and sizes (``model_info`` with file
    metadata) and picks the files its loader reads (recast_cli/fetch/select.py).
 3. ``run_fetch`` downloads: models into the Hugging Face cache (``hf_hub_download`` per file:
@@ -12,13 +14,14 @@
    huggingface_hub itself; a file already cached is not fetched again), prompt files to the paths
    the setting names (recast_cli/fetch/http.py), derived files last.
 
-Nothing outside the HF cache and the setting's prompt-file paths is written; a prompt path that
-holds a file other than the pinned one is refused, not replaced.
+Nothing outside the HF cache, the setting's prompt-file paths and the sha256 records beside them is
+written; a prompt path that holds a file other than the pinned one is refused, not replaced.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ from recast_cli.setting.load import Setting, load_setting
 
 #: A commit id as the Hub answers it: the snapshot folder's name in the HF cache.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 #: The settings' keys that name prompt or data files: (table path, key).
 PROMPT_KEYS = (("train",), "prompts"), (("evaluate",), "prompts"), (("positives",), "prompts"), \
     (("rewards", "geneval"), "metadata")
@@ -85,7 +89,7 @@ def _used_scorers(setting: Setting) -> list[str]:
     return [n for n in dict.fromkeys(names) if "@" not in n]  # a remote scorer's weights live on its server
 
 
-def plan_fetch(name_or_path: str, trust_unpinned: bool = False) -> FetchPlan:
+def plan_fetch(name_or_path: str) -> FetchPlan:
     """What ``recast fetch`` downloads for the setting (no network access; module docstring)."""
     from recast_cli.rewards.options import reward_options, weight_specs
     from recast_cli.rewards.registry import scorer_class
@@ -110,11 +114,9 @@ def plan_fetch(name_or_path: str, trust_unpinned: bool = False) -> FetchPlan:
                 ref = HubRef(spec.hf_repo)  # left to the scorer's default: the cache lookup it does
             if ref is not None:
                 need(ref, spec.in_repo(), f"[rewards.{scorer}] {spec.option}")
+        for repo, reads in getattr(scorer_class(scorer), "fetch_also", ()):
+            need(HubRef(repo), reads, f"{scorer} (its package or server)")
     prompts, derived = _prompt_targets(setting)
-    unpinned = [f"{path} ({pin.name})" for path, pin in prompts if pin.sha256 is None and not path.exists()]
-    if unpinned and not trust_unpinned:
-        raise BadInput(f"no sha256 pinned yet for {', '.join(unpinned)} (recast_cli/fetch/sources.py: None = not "
-                       "yet pinned); give --trust-unpinned to fetch it checked by its git blob id alone")
     study_p = _table(setting.raw, ("study",)).get("p", DEFAULT_P)
     p = study_p if isinstance(study_p, int) and not isinstance(study_p, bool) and study_p > 0 else DEFAULT_P
     return FetchPlan(setting, list(needs.values()), prompts, derived, p)
@@ -290,6 +292,47 @@ def fetch_model(need: ModelNeed, advance: Callable[[int], None], done: Callable[
 # --------------------------------------------------------------------------- prompt files
 
 
+def recorded_path(target: Path) -> Path:
+    """Where fetch records the sha256 of a prompt file the table pins by its git blob id alone."""
+    return target.with_name(f".{target.name}.recast-sha256")
+
+
+def recorded_sha256(target: Path) -> str | None:
+    """The sha256 recorded for ``target`` at its first verified download; None when none was recorded."""
+    record = recorded_path(target)
+    if not os.path.lexists(record):
+        return None
+    refuse_non_regular(record)
+    words = record.read_text(encoding="utf-8", errors="replace").split()
+    if len(words) != 2 or not SHA256.fullmatch(words[0]) or words[1] != target.name:
+        raise BadInput(f"{record} is not the sha256 record recast writes for {target.name}; remove it and fetch "
+                       "again to record it anew")
+    return words[0]
+
+
+def record_sha256(target: Path, pin: PromptFile) -> str | None:
+    """Record the sha256 of ``target`` (checked against its git blob id already) when the table pins none."""
+    if pin.sha256 is not None:
+        return None
+    from recast_cli.artifacts.io import atomic_write_bytes, sha256_file
+
+    refuse_non_regular(recorded_path(target))
+    sha = sha256_file(target)
+    atomic_write_bytes(recorded_path(target), f"{sha}  {target.name}\n".encode())
+    return sha
+
+
+def pin_text(path: Path, pin: PromptFile) -> str:
+    """How the file is pinned, for fetch's table."""
+    if pin.sha256 is not None:
+        return "git blob + sha256"
+    try:
+        recorded = recorded_sha256(path) if path.exists() else None
+    except BadInput:
+        recorded = None
+    return "git blob + recorded sha256" if recorded else "git blob (sha256 recorded at download)"
+
+
 def claim_prompt_file(path: Path, pin: PromptFile) -> bool:
     """True when ``path`` must be downloaded, False when it holds the pinned file already; BadInput when it
     holds another file (never replaced) or sits inside a recast artifact folder. Locks it for this process."""
@@ -299,10 +342,13 @@ def claim_prompt_file(path: Path, pin: PromptFile) -> bool:
     if inside is not None:
         raise BadInput(f"cannot write {path}: it is inside {inside[0]}, a {inside[1]} folder")
     if path.exists():
-        wrong = check_pins(path, pin.git_blob, pin.sha256)
+        recorded = recorded_sha256(path) if pin.sha256 is None else None
+        wrong = check_pins(path, pin.git_blob, pin.sha256 or recorded)
         if wrong is not None:
             raise BadInput(f"{path} exists and is not {pin.name} pinned at {pin.url} ({wrong}); remove it or point "
                            "the setting elsewhere")
+        if pin.sha256 is None and recorded is None:
+            record_sha256(path, pin)  # verified by its git blob id: from now on its sha256 is checked too
         return False
     hold_output_lock(path)  # first: a second fetch of the same file is told so, not that its part is foreign
     try:
@@ -317,6 +363,7 @@ def fetch_prompt_file(path: Path, pin: PromptFile, advance: Callable[[int], None
     """Download ``pin`` to ``path`` (claimed by :func:`claim_prompt_file`), bounded by its pinned size."""
     try:
         download(pin.url, path, pin.git_blob, pin.sha256, advance, size=pin.size)
+        record_sha256(path, pin)
     finally:
         release_output_lock(path)
 

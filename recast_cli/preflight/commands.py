@@ -50,16 +50,16 @@ def _print_build(record: dict, scale: str) -> None:
     if build is None:
         return
     table = Table(title=f"preflight {record['setting']} ({scale}; configs: {build['configs']})", title_justify="left")
-    for column in ("component", "class", "parameters"):
-        table.add_column(column, justify="right" if column == "parameters" else "left")
+    for column in ("component", "class", "parameters", "buffers"):
+        table.add_column(column, justify="right" if column in ("parameters", "buffers") else "left")
     for name, c in build["components"].items():
-        table.add_row(name, c["class"], f"{c['parameters']:,}")
-    table.add_row("total", "", f"{build['parameters_total']:,}")
+        table.add_row(name, c["class"], f"{c['parameters']:,}", f"{c.get('buffers', 0):,}")
+    table.add_row("total", "", f"{build['parameters_total']:,}", f"{build.get('buffers_total', 0):,}")
     table.add_row("trainable", f"LoRA r = {build['lora_rank']} on {build['lora_layers']} layers"
-                  if build["lora_rank"] else "full transformer", f"{build['trainable']:,}")
+                  if build["lora_rank"] else "full transformer", f"{build['trainable']:,}", "")
     out.print(table)
     offload = build["offload_text_encoders"]
-    out.print(f"weights at {build['precision']}: {build['weights_bytes'] / 2**30:.2f} GiB, of which text encoders "
+    out.print(f"weights and buffers at {build['precision']}: {build['weights_bytes'] / 2**30:.2f} GiB, of which text encoders "
               f"{build['text_encoder_bytes'] / 2**30:.2f} GiB (offload_text_encoders: "
               f"{'unset, so ' if offload['setting'] is None else ''}{'on' if offload['train'] else 'off'} in training); "
               f"built in {build['seconds']:.1f} s on the meta device (nothing allocated)", highlight=False)

@@ -135,17 +135,20 @@ def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     folder, source = config_folder(setting, scale)
     modules = _components(folder, on_meta)
+    # buffers too (SD3's positional-embedding table is 0.23 B numbers): they take memory as weights do
     counts = {name: {"class": type(m).__name__, "parameters": sum(p.numel() for p in m.parameters()),
+                     "buffers": sum(b.numel() for b in m.buffers()),
                      "on_meta": all(p.device.type == "meta" for p in m.parameters())} for name, m in modules.items()}
     lora, layers = lora_parameters(modules["transformer"], tuple(cfg.lora_targets), cfg.lora_rank) \
         if cfg.lora_rank > 0 else (counts["transformer"]["parameters"], 0)
     total = sum(c["parameters"] for c in counts.values())
+    buffers = sum(c["buffers"] for c in counts.values())
     precision = setting.policy.precision or "no"
-    encoders = sum(c["parameters"] for n, c in counts.items() if n.startswith("text_encoder"))
+    encoders = sum(c["parameters"] + c["buffers"] for n, c in counts.items() if n.startswith("text_encoder"))
     chosen = setting.policy.offload_text_encoders
     return {"seconds": round(time.perf_counter() - t0, 3), "configs": source, "components": counts,
-            "parameters_total": total, "trainable": lora, "lora_rank": cfg.lora_rank, "lora_layers": layers,
-            "precision": precision, "weights_bytes": total * BYTES.get(precision, 4),
+            "parameters_total": total, "buffers_total": buffers, "trainable": lora, "lora_rank": cfg.lora_rank,
+            "lora_layers": layers, "precision": precision, "weights_bytes": (total + buffers) * BYTES.get(precision, 4),
             "text_encoder_bytes": encoders * BYTES.get(precision, 4),
             # the default rule of policy/pipeline.offload_by_default, in training (estimate and evaluate train nothing)
             "offload_text_encoders": {"setting": chosen, "train": encoders > lora if chosen is None else chosen},

@@ -29,6 +29,13 @@ class Scorer(ABC):
 
     name: str = ""
     output_range: tuple[float, float] = (float("-inf"), float("inf"))
+    #: Python packages the scorer imports when it is built: ``recast check-setting`` imports each (in a
+    #: process of its own) and, for one that does not import, prints ``provided_by`` (what provides it).
+    requires: tuple[str, ...] = ()
+    provided_by: str = ""
+    #: Hub repos the scorer's own package or server loads from the HF cache besides its weights, as (repo id,
+    #: what it reads: ``model`` or ``processor``, recast_cli/fetch/select.py): ``recast fetch`` fetches them.
+    fetch_also: tuple[tuple[str, str], ...] = ()
 
     @abstractmethod
     def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:

@@ -33,6 +33,10 @@ class Hpsv3Score(BatchedScorer):
     """μ of HPSv3's predicted preference for (image, prompt)."""
 
     name = "hpsv3"
+    requires = ("hpsv3",)
+    fetch_also = (("Qwen/Qwen2-VL-7B-Instruct", "model"),)  # the base model its config names (HPSv3_7B.yaml)
+    provided_by = ("its side package set: `make side`, then `make judges JUDGES_ENV=\"PYTHONPATH=.side/hps:.side/ir\"`"
+                   "; or " + SEPARATE_PROCESS)
 
     def __init__(self, weights: str | Path | None = None, config: str | Path | None = None, device: str = "cpu",
                  batch_size: int = 4) -> None:

@@ -51,6 +51,7 @@ class UnifiedRewardScore(Scorer):
     """s / 5, s the 1–5 score UnifiedReward-2 gives an (image, caption) pair."""
 
     name = "unifiedreward"
+    fetch_also = (("CodeGoat24/UnifiedReward-2.0-qwen-7b", "model"),)  # what its vLLM server loads (docs/gpu.md)
     output_range = (1.0 / MAX_SCORE, 1.0)
 
     def __init__(self, url: str = "http://127.0.0.1:8000/v1", model: str = "UnifiedReward-2.0-qwen-7b",

@@ -135,6 +135,85 @@ def check_reward_prompts(name: str, options: dict[str, Any], prompts: list[str])
                            "metadata = the .jsonl that holds it)")
 
 
+# --------------------------------------------------------------------------- what a scorer needs around it
+
+#: The environment variables an API source of positives reads its key from (positives/openai_images.py,
+#: positives/gemini_images.py: their ``key_vars``).
+API_KEYS = {"openai": ("OPENAI_API_KEY",), "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
+
+#: What starts the server of a scorer that scores over HTTP, by scorer (docs/rewards.md).
+SERVER_HINTS = {
+    "unifiedreward": "start its vLLM server, e.g. `vllm serve CodeGoat24/UnifiedReward-2.0-qwen-7b --port 8000 "
+                     "--gpu-memory-utilization 0.3` beside training (docs/rewards.md, VLM endpoints)",
+    "geneval": "start the GenEval detector server (docs/rewards.md)",
+}
+
+
+def environment_problems(name: str, options: dict[str, Any]) -> list[str]:
+    """What scorer ``name`` needs around it and does not have, one line each, with what provides it: each
+    package of its class's ``requires`` must import (in a process of its own: a package that pins another
+    transformers must not break this one), its server (``NAME@URL``, or a ``url`` option) must answer."""
+    import inspect as _inspect
+
+    from recast_cli.rewards.registry import scorer_class
+
+    cls = scorer_class(name)
+    problems = []
+    for package in getattr(cls, "requires", ()):
+        why = import_problem(package)
+        if why is not None:
+            hint = getattr(cls, "provided_by", "") or f"install {package}"
+            problems.append(f"package {package} does not import here ({why}); {hint}")
+    base = name.split("@", 1)[0]
+    if "@" in name:
+        url, hint = name.split("@", 1)[1], f"start `recast serve-reward {base} --port PORT` where its package imports"
+    else:
+        default = _inspect.signature(cls).parameters.get("url")
+        url = options.get("url", default.default if default is not None else None)
+        hint = SERVER_HINTS.get(base, "start its server")
+    if isinstance(url, str) and url.startswith(("http://", "https://")):
+        why = unreachable(url)
+        if why is not None:
+            problems.append(f"its server {url} does not answer ({why}); {hint}")
+    return problems
+
+
+def import_problem(package: str) -> str | None:
+    """None when ``package`` imports in a fresh process of this Python, else the last line of its error."""
+    import subprocess
+    import sys
+
+    if not all(part.isidentifier() for part in package.split(".")):
+        return f"{package!r} is not a module name"
+    done = subprocess.run([sys.executable, "-c", "import importlib, sys; importlib.import_module(sys.argv[1])",
+                           package], capture_output=True, text=True, timeout=600)
+    if done.returncode == 0:
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return " ".join((lines[-1] if lines else f"exit code {done.returncode}").split())[:160]
+
+
+def unreachable(url: str, timeout: float = 5.0) -> str | None:
+    """None when an HTTP server answers at ``url`` (any status), else why not (one try)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    try:
+        conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
+    except (ValueError, OSError) as exc:
+        return type(exc).__name__
+    try:
+        conn.request("GET", parts.path or "/")
+        conn.getresponse().read()
+        return None
+    except (OSError, http.client.HTTPException) as exc:
+        return "refused" if isinstance(exc, ConnectionRefusedError) else type(exc).__name__
+    finally:
+        conn.close()
+
+
 # --------------------------------------------------------------------------- the check
 
 
@@ -145,12 +224,16 @@ class CheckReport:
     file: Path
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: what the held-out judges still need: they are scored by ``make judges``, not by ``make all``
+    judges: list[str] = field(default_factory=list)
 
 
 class _Checker:
-    def __init__(self, file: Path, stop_at_first: bool) -> None:
+    def __init__(self, file: Path, stop_at_first: bool, name: str | None = None) -> None:
         self.report = CheckReport(file)
         self.stop = stop_at_first
+        self.name = name or str(file)  # as the user named the setting: `recast fetch NAME` in the hints
+        self.seen: set[str] = set()
 
     def step(self, check: str, subject: str, fn: Callable[[], Any]) -> Any:
         """Run one check; a BadInput becomes a problem line (raised at once unless collecting all)."""
@@ -159,7 +242,10 @@ class _Checker:
         except BadInput as exc:
             line = self.line(check, str(exc))
             self.report.rows.append((check, subject, "FAIL"))
-            self.report.problems.append(line)
+            core = " ".join(str(exc).split())
+            if core not in self.seen:  # a later table that parses an earlier one fails with its message again
+                self.seen.add(core)
+                self.report.problems.append(line)
             if self.stop:
                 raise BadInput(line) from None
             return None
@@ -167,10 +253,21 @@ class _Checker:
         self.report.rows.append((check, subject, detail))
         return result[0] if isinstance(result, tuple) else result
 
+    def judge(self, name: str, fn: Callable[[], str]) -> None:
+        """A held-out judge's checks: what it lacks is listed for ``make judges``, and does not fail the setting."""
+        try:
+            result = fn()
+        except BadInput as exc:
+            self.report.rows.append((f"judge {name}", "for make judges", "MISSING"))
+            message = " ".join(str(exc).split()).replace("`recast fetch SETTING`", f"`recast fetch {self.name}`")
+            self.report.judges.append(f"judge {name}: {message}")
+            return
+        self.report.rows.append((f"judge {name}", "for make judges", result))
+
     def line(self, check: str, message: str) -> str:
         """One line: the setting's file name, the check, the message (without repeating either)."""
         file = self.report.file
-        message = " ".join(message.split())
+        message = " ".join(message.split()).replace("`recast fetch SETTING`", f"`recast fetch {self.name}`")
         for prefix in (str(file), file.name):
             if message.startswith(prefix) and message[len(prefix):len(prefix) + 1] in (":", " "):
                 message = message[len(prefix):].lstrip(": ")
@@ -183,9 +280,11 @@ class _Checker:
 def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
     """Check a setting and every path it names; BadInput on the first problem unless collecting all."""
     setting = load_setting(name_or_path)
-    c = _Checker(setting.file, stop_at_first)
+    c = _Checker(setting.file, stop_at_first, name_or_path)
     base = setting.file.parent
     c.step("tables", ", ".join(setting.raw), lambda: _check_tables(setting))
+    if c.report.problems:  # an unknown table or scorer: every later table would fail with it
+        return c.report
     c.step("[policy]", setting.policy.kind, lambda: _check_policy(setting))
     analytic = setting.policy.kind in ANALYTIC_KINDS
     if analytic:
@@ -200,11 +299,15 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
     study = c.step("[study]", "table", lambda: _optional(setting, "study", _study))
     used = list(cfg.rewards) if cfg is not None else []
     used += [j for j in (evaluate.judges if evaluate else ()) if j not in used]
+    judges = [j for j in (evaluate.judges if evaluate else ()) if cfg is None or j not in cfg.rewards]
     for name in dict.fromkeys(used + list(options)):
         if analytic and name in used:  # the samples x_0 are scored by the world's own rewards
             c.step(f"reward {name}", "of the analytic world", lambda n=name: _world_reward(setting, n))
             continue
-        c.step(f"scorer {name}", "options, weights", lambda n=name: check_scorer(n, options.get(n, {}), n in used))
+        if name in judges:
+            c.judge(name, lambda n=name: _ready(n, options.get(n, {}), True, judge=True))
+            continue
+        c.step(f"scorer {name}", "options, weights", lambda n=name: _ready(n, options.get(n, {}), n in used))
     if cfg is not None:
         c.step("[train] prompts", cfg.prompts, lambda: _check_prompt_file(setting, cfg.prompts, cfg.rewards, options))
     c.step("[positives]", "table", lambda: _check_positives(setting, cfg.rewards if cfg else (), options))
@@ -215,6 +318,23 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
         c.step("[evaluate] prompts", evaluate.prompts,
                lambda: _check_prompt_file(setting, evaluate.prompts, train_rewards, options))
     return c.report
+
+
+def _ready(name: str, options: dict[str, Any], needed: bool, judge: bool = False) -> str:
+    """A scorer's options and weights (:func:`check_scorer`), then, for one the setting uses, its packages and
+    server (:func:`environment_problems`): every problem in one line."""
+    problems = []
+    try:
+        found = check_scorer(name, options, needed)
+    except BadInput as exc:
+        if not judge:
+            raise
+        found, problems = "", [str(exc)]
+    if needed:
+        problems += environment_problems(name, options)
+    if problems:
+        raise BadInput("; and ".join(problems))
+    return found
 
 
 def _registered(name: str) -> bool:
@@ -365,6 +485,14 @@ def _check_study_sources(setting: Setting, study: StudySpec) -> str:
         if not positives_config(setting).rewards:
             raise BadInput("positives = \"self\" (SIR from the policy) needs [positives] rewards = the rewards "
                            "that tilt the samples")
+    if study.positives in API_KEYS:
+        from recast_cli.positives.api import env_key
+
+        try:
+            env_key(*API_KEYS[study.positives])
+        except BadInput as exc:
+            raise BadInput(f"positives = \"{study.positives}\" calls an image API: {exc} (never written in the "
+                           "setting), or use positives = \"self\" or a folder of your own") from None
     if study.positives == "renderer" and setting.policy.prompt_check != "toy":
         raise BadInput("positives = \"renderer\" draws only the toy vocabulary (policy prompt_check = \"toy\")")
     path = study.positives_path()

@@ -18,21 +18,30 @@ out = Console()
 
 def check_setting_command(
     setting: str = typer.Argument(..., help="Setting name (pipelines/NAME.toml) or a .toml path."),
-    all_problems: bool = typer.Option(False, "--all", help="List every problem (one line each), not just the first."),
+    all_problems: bool = typer.Option(True, "--all", hidden=True, help="List every problem (the default)."),
+    first: bool = typer.Option(False, "--first", help="Stop at the first problem."),
 ) -> None:
-    """Check a setting and every model, prompt and data path it names (no weights are loaded)."""
+    """Check a setting and every model, prompt, package, server and API key it needs (no weights are loaded);
+    every problem is listed, one line each. The held-out judges are listed apart: `make judges` scores them."""
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     from recast_cli.setting.check import check_setting
 
-    report = check_setting(setting, stop_at_first=not all_problems)
+    report = check_setting(setting, stop_at_first=first)
     table = Table(title=f"check-setting {report.file}", title_justify="left")
     for column in ("check", "subject", "result"):
         table.add_column(column, overflow="fold")
     for row in report.rows:
         table.add_row(*(Text(cell) for cell in row), style="red" if row[2] == "FAIL" else None)
     out.print(table)
+    if report.judges:
+        out.print(f"[yellow]held-out judges: not needed to train or by `make all SETTING={escape(report.file.stem)}`; "
+                  f"`make judges SETTING={escape(report.file.stem)}` scores them once each has what it needs:[/]",
+                  highlight=False)
+        for line in report.judges:
+            out.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
     if report.problems:
         for line in report.problems:
             sys.stderr.write(f"recast: error: {cut(line, ERROR_LINE_LIMIT)}\n")

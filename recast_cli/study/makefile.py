@@ -186,7 +186,7 @@ def train_rule(run: str, W: str, *, R: str, S: str, seed: int, lam: str, warm_de
     return [rule(f"{run}/.done", W, warm_dep, stamp_files(R, *RUN_PARTS)),
             "\t$(TRAINED_UNDER)",
             f"\t$(RECAST) train --setting {S} --weights {W}{init} --seed {seed} --lambda {lam} --out {run} "
-            "--resume --quiet",
+            "--resume --progress lines",
             "\ttouch $@",
             ""]
 
@@ -209,7 +209,7 @@ def image_study_makefile(setting: Setting, study: StudySpec, root: Path, recast:
             rule(f"{warm}/.done", stamp_files("$(R)", *RUN_PARTS, "warmup")),
             "\t$(TRAINED_UNDER)",
             f"\t$(RECAST) train --setting {S} --weights static --seed 0 --out {warm} "
-            f"--max-steps {study.warmup_steps} --resume --quiet",
+            f"--max-steps {study.warmup_steps} --resume --progress lines",
             "\ttouch $@",
             "",
         ]
@@ -230,7 +230,9 @@ def image_study_makefile(setting: Setting, study: StudySpec, root: Path, recast:
     lines += estimate("$(R)/gains/base.parquet", S, positives_dep) if d_tables else []
     evals, runs = ["$(R)/evals/base.parquet"], []
     evaluated = stamp_files("$(R)", *POLICY_PARTS, "evaluate")
-    lines += [f"$(R)/evals/base.parquet: {evaluated}", f"\t$(RECAST) evaluate --setting {S} --out $@ --quiet", ""]
+    # the training rewards only: the held-out judges are added later by `make judges` (evaluate --add-judges)
+    lines += [f"$(R)/evals/base.parquet: {evaluated}",
+              f"\t$(RECAST) evaluate --setting {S} --judges '' --out $@ --quiet", ""]
     for cell in cells:  # W per cell (budget × arm), runs per cell × seed, evaluations
         label, lam, arm = study.label(cell.budget), study.lambda_arg(cell.budget), cell.arm
         W = f"$(R)/W/{cell.weights_name}.safetensors"
@@ -244,12 +246,24 @@ def image_study_makefile(setting: Setting, study: StudySpec, root: Path, recast:
             runs.append(run)
             evals.append(ev)
             lines += [*train_rule(run, W, R="$(R)", S=S, seed=seed, lam=lam, warm_dep=warm_dep, init=init),
-                      f"{ev}: {run}/.done {evaluated}", f"\t$(RECAST) evaluate --run {run} --out $@ --quiet", ""]
+                      f"{ev}: {run}/.done {evaluated}", f"\t$(RECAST) evaluate --run {run} --judges '' --out $@ --quiet",
+                      ""]
     gain_input = " " + " ".join([gains, *d_tables])
     lines += [f"RUNS := {' '.join(runs)}", f"EVALS := {' '.join(evals)}", "",
               f"$(R)/report/report.md: $(EVALS) $(addsuffix /.done,$(RUNS)){gain_input}",
               f"\t$(RECAST) report $(EVALS) $(RUNS){gain_input} --out $(R)/report", ""]
+    lines += judges_rules(evals, f"$(RECAST) report $(EVALS) $(RUNS){gain_input} --out $(R)/report")
     return "\n".join(lines)
+
+
+def judges_rules(evals: list[str], report: str) -> list[str]:
+    """``judges``: every evaluation of ``all`` gets the setting's held-out judges (``recast evaluate
+    --add-judges``, stamped ``EVAL.judged``), then the report is written again with them. An evaluation that
+    ``all`` redoes is judged again (its stamp is older than it)."""
+    lines = [".PHONY: judges", f"judges: {' '.join(f'{ev}.judged' for ev in evals)}", f"\t{report}", ""]
+    for ev in evals:
+        lines += [f"{ev}.judged: {ev}", "\t$(RECAST) evaluate --add-judges $< --quiet", "\ttouch $@", ""]
+    return lines
 
 
 def positives_rules(study: StudySpec, S: str) -> tuple[list[str], str, str]:

@@ -31,14 +31,21 @@ def train_command(
     overrides: list[str] = typer.Option([], "--set", help="Any [train] option: --set KEY=VALUE (TOML value)."),
     device: Optional[str] = typer.Option(None, help="cpu or cuda (default: what accelerate picks)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    progress: str = typer.Option("auto", "--progress",
+                                 help="auto: a bar on a terminal, one plain line per step otherwise; lines: one "
+                                      "line per step, prefixed with the run (several runs sharing one log, "
+                                      "make all); none: as --quiet."),
 ) -> None:
     """Stage 2: train with W frozen (Flow-GRPO-style; static, ReCAST and no-Sink differ only in W)."""
+    from recast_cli.errors import BadInput
     from recast_cli.train.stage import train
 
     flags = {"seed": seed, "max_steps": max_steps, "group_size": group_size, "prompts_per_step": prompts_per_step,
              "learning_rate": learning_rate, "beta_kl": beta_kl, "save_every": save_every, "lam": lam}
+    if progress not in ("auto", "lines", "none"):
+        raise BadInput(f"--progress must be auto, lines or none, got {progress!r}")
     line = train(setting, weights, out_dir, resume=resume, init=init, overrides=overrides, flags=flags, device=device,
-                 quiet=quiet)
+                 quiet=quiet or progress == "none", lines=progress == "lines")
     if line is not None:
         out.print(line)
 

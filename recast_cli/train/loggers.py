@@ -75,7 +75,9 @@ class WandbLogger:
         import wandb
 
         self.wandb = wandb
-        self.run = wandb.init(project=project, name=run.name, id=wandb_run_id(run), resume="allow",
+        labels = wandb_labels(run, config)
+        self.run = wandb.init(project=project, name=labels["name"], group=labels["group"], tags=labels["tags"],
+                              id=wandb_run_id(run), resume="allow",
                               dir=None if os.environ.get("WANDB_DIR") else str(run), config=dict(config),
                               # the progress bar redraws itself on stderr: not worth a copy in the W&B run
                               settings=wandb.Settings(console="off"))
@@ -91,6 +93,21 @@ class WandbLogger:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def wandb_labels(run: Path, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The W&B run's name, group and tags. A study's run folder ``STUDY/runs/BUDGET/MODE-sSEED`` (``make
+    all``) is grouped by study and budget (``STUDY/BUDGET``) and named ``BUDGET/MODE-sSEED``, so the
+    seeds of one budget sit together; any run is tagged with its mode, its seed and its setting's name."""
+    train = config.get("train") if isinstance(config.get("train"), Mapping) else {}
+    setting = Path(str(config.get("setting", ""))).stem
+    tags = [str(t) for t in (config.get("mode"), f"seed{train.get('seed')}" if "seed" in train else None,
+                             setting or None) if t]
+    parts = run.resolve().parts
+    if len(parts) >= 4 and parts[-3] == "runs":
+        study, budget = parts[-4], parts[-2]
+        return {"name": f"{budget}/{run.name}", "group": f"{study}/{budget}", "tags": tags}
+    return {"name": run.name, "group": None, "tags": tags}
 
 
 def wandb_run_id(run: Path) -> str:

@@ -147,3 +147,30 @@ def step_metrics(cfg, W, lam, trained: int, all_rewards, adv, stats: dict[str, f
     scalars = {"aggregate": float(np.dot(lam, means)), **stats, "lr": lr,
                "images": int(len(all_rewards)), "sample_s": sample_s, "update_s": update_s}
     return {"per_reward": per_reward, "scalars": scalars, "step_adv_abs": full_t.abs().mean(dim=0).tolist()}
+
+
+class PlainProgress:
+    """One plain line per training step, where stderr is not a terminal (a batch job's log, ``make all``):
+    the step, the aggregate and each reward's batch mean, kl, seconds per step and the time left, from the
+    steps this process ran."""
+
+    def __init__(self, goal: int, start: int, clock: Callable[[], float] | None = None):
+        import time
+
+        self.goal, self.start = goal, start
+        self.clock = clock or time.perf_counter
+        self.t0 = self.clock()
+
+    def line(self, step: int, per_reward: Mapping[str, Mapping[str, Any]], scalars: Mapping[str, Any]) -> str:
+        per_step = (self.clock() - self.t0) / max(step - self.start, 1)
+        rewards = ", ".join(f"{name} {float(v['reward_mean']):.4f}" for name, v in per_reward.items())
+        return (f"train step {step}/{self.goal}  reward {float(scalars['aggregate']):.4f} ({rewards})  "
+                f"kl {float(scalars['kl']):.2e}  {per_step:.2f} s/step  left {clock_text(per_step * (self.goal - step))}")
+
+
+def clock_text(seconds: float) -> str:
+    """``1h02m``, ``4m05s`` or ``12s``."""
+    s = max(int(round(seconds)), 0)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"

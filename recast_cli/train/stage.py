@@ -19,7 +19,7 @@ from recast_cli.train.config import apply_overrides, config_from_setting
 
 def train(setting_name: str, weights: str, out: Path, *, resume: bool = False, init: str | None = None,
           overrides: list[str] | None = None, flags: dict[str, Any] | None = None, device: str | None = None,
-          quiet: bool = False) -> str | None:
+          quiet: bool = False, lines: bool = False) -> str | None:
     """Train a run of the setting ``setting_name`` with W ``weights`` (a file, or ``static``) into ``out``.
 
     Returns the line to print (None on the processes but the first, after training); BadInput for
@@ -33,7 +33,7 @@ def train(setting_name: str, weights: str, out: Path, *, resume: bool = False, i
     if device not in (None, "cpu", "cuda"):
         raise BadInput(f"--device must be cpu or cuda, got {device!r}")
     plan = plan_run(setting, cfg, weights, out, resume, init, device)
-    with Trainer(plan, quiet=quiet) as trainer:
+    with Trainer(plan, quiet=quiet, lines=lines) as trainer:
         start = trainer.iteration
         if start >= cfg.max_steps:
             return f"{out} is already at step {start} (max_steps {cfg.max_steps}); nothing to do"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from recast_cli.errors import BadInput
 from recast_cli.setting.prompts import prompt_stream
 from recast_cli.seeds import train_seeds, update_rng
 from recast_cli.train.loggers import start_loggers
-from recast_cli.train.metrics import MetricsLog, step_metrics
+from recast_cli.train.metrics import MetricsLog, PlainProgress, step_metrics
 from recast_cli.train.objective import PairLoss, group_advantages, pair_loss, step_advantages
 from recast_cli.train.params import Parameters
 from recast_cli.train.plan import Plan, check_fsdp
@@ -76,15 +77,17 @@ class Trainer:
     # ------------------------------------------------------------------ set-up: the engine, then the run
 
     def __init__(self, plan: Plan, accelerator=None, quiet: bool = False, loggers: bool = True,
-                 policy=None, scorers=None):
+                 policy=None, scorers=None, lines: bool = False):
         """Build the engine of ``plan`` (:meth:`build_engine`); nothing is written until :meth:`open`.
 
         ``policy`` and ``scorers`` given are used as built (``recast preflight``: a random-weight
         pipeline and stand-in rewards); by default the setting's are built. ``loggers`` False: the
-        run writes ``metrics.parquet`` alone, whatever ``[train] logger`` lists."""
+        run writes ``metrics.parquet`` alone, whatever ``[train] logger`` lists. ``lines``: one plain line
+        per step, prefixed with the run, even on a terminal (several runs sharing one log)."""
         self.plan = plan
         self.cfg = plan.cfg
         self.quiet = quiet
+        self.lines = lines
         self.use_loggers = loggers
         self.trained_steps = plan.trained_steps
         self.W = torch.as_tensor(plan.weights.W, dtype=torch.float64)
@@ -207,7 +210,12 @@ class Trainer:
         from rich.console import Console
         from rich.markup import escape
 
-        with Progress(*columns, console=Console(stderr=True), disable=self.quiet or self.rank > 0) as progress:
+        console = Console(stderr=True)
+        # stderr not a terminal (a batch job's log): one plain line per step in place of the bar
+        shown = not (self.quiet or self.rank > 0)
+        plain = PlainProgress(goal, self.iteration) if shown and (self.lines or not console.is_terminal) else None
+        prefix = f"{self.run.parent.name}/{self.run.name}: " if self.lines else ""
+        with Progress(*columns, console=console, disable=self.quiet or self.rank > 0 or plain is not None) as progress:
             task = progress.add_task("train", total=goal, completed=min(self.iteration, goal), agg=math.nan,
                                      loss=0.0, kl=0.0, ips=0.0)
             while self.iteration < goal:
@@ -224,6 +232,9 @@ class Trainer:
                 elapsed = s["sample_s"] + s["update_s"]
                 progress.update(task, completed=self.iteration, agg=s["aggregate"], loss=s["loss"], kl=s["kl"],
                                 ips=s["images"] / max(elapsed, 1e-9))
+                if plain is not None:
+                    sys.stderr.write(prefix + plain.line(self.iteration, row["per_reward"], s) + "\n")
+                    sys.stderr.flush()
         return self.iteration
 
     def train_step(self) -> dict[str, Any]:

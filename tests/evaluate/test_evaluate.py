@@ -320,3 +320,38 @@ def test_one_writer_per_evaluation_output(world, tmp_path):
         held.release()
     run_ok("--setting", world["setting"], "--out", out)
     assert out.is_file() and not parts.exists()
+
+
+# ------------------------------------------------------------------ judges later: --add-judges
+
+
+def test_judges_added_later_equal_the_judges_scored_in_the_run(world, tmp_path):
+    """`--judges ''` scores the training rewards alone; `--add-judges` then scores the setting's judges on the
+    saved PNGs: the table equals, score for score, the evaluation that scored the judge in the same run."""
+    later = tmp_path / "later" / "E.parquet"
+    run_ok("--run", world["run"], "--judges", "", "--out", later)
+    assert read_eval(later).scorers == REWARDS
+    result = runner.invoke(app, ["evaluate", "--add-judges", str(later), "--device", "cpu", "--quiet"])
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    added, together = read_eval(later, check_images=True), read_eval(world["trained"])
+    assert added.scorers == together.scorers and added.kinds == together.kinds
+    np.testing.assert_array_equal(added.scores, together.scores)
+    assert added.meta["judges"] == ["fake_judge"]
+    assert added.provenance.config["judges_added"]["judges"] == ["fake_judge"]
+    again = runner.invoke(app, ["evaluate", "--add-judges", str(later), "--judges", "fake_judge", "--quiet"])
+    assert again.exit_code == 0 and read_eval(later).scorers == together.scorers  # replaced, not repeated
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("--out", "x.parquet"), "--out do not apply"),
+    (("--judges", "toy_color"), "toy_color is a training reward of this evaluation"),
+    (("--judges", "no_such_judge"), "unknown scorer 'no_such_judge'"),
+])
+def test_add_judges_refuses_in_one_line(world, tmp_path, args, needle):
+    copy = tmp_path / "E.parquet"
+    shutil.copy(world["base"], copy)
+    shutil.copytree(stage.images_dir(world["base"]), stage.images_dir(copy))
+    before = copy.read_bytes()
+    result = runner.invoke(app, ["evaluate", "--add-judges", str(copy), *args, "--quiet"])
+    assert_bad(result, needle)
+    assert copy.read_bytes() == before

@@ -22,7 +22,7 @@ from recast_cli.cli import app
 from recast_cli.errors import BadInput
 from recast_cli.setting.load import load_setting
 from recast_cli.train.config import apply_overrides, check_config, config_from_setting
-from recast_cli.train.loggers import RunLoggers, start_loggers, wandb_run_id
+from recast_cli.train.loggers import RunLoggers, start_loggers, wandb_labels, wandb_run_id
 from recast_cli.train.metrics import MetricsLog, read_metrics
 from recast_cli.train.panels import TILE_MIN, grid_picks, sample_grid, weights_heatmap
 from recast_cli.train.plan import plan_run
@@ -143,6 +143,7 @@ def test_wandb_offline_run_holds_the_scalars_W_and_sample_grids_under_the_run_fo
     (start,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
     assert start.display_name == run.name and start.project == "recast-test"
     assert start.run_id == wandb_run_id(run)
+    assert list(start.tags) == ["static", "seed0", "tiny"]  # mode, seed, setting (not a study's runs/: no group)
     config = {item.key: item.value_json for item in start.config.update}
     assert '"static"' in config["mode"] and "toy_color" in config["train"]
     history = wandb_history(records)
@@ -338,3 +339,11 @@ def test_the_wandb_run_id_is_the_run_folders_own(tmp_path):
     assert wandb_run_id(tmp_path / "a") == first  # a resumed run logs into the same W&B run
     (tmp_path / "a" / "run.json").write_text('{"created_at": "2"}')  # restarted in place: a new one
     assert wandb_run_id(tmp_path / "a") != first
+
+
+def test_a_study_run_is_grouped_by_study_and_budget_and_tagged_with_its_mode_and_seed(tmp_path):
+    config = {"mode": "recast", "train": {"seed": 3}, "setting": "pipelines/ocr.toml"}
+    labels = wandb_labels(tmp_path / "artifacts" / "ocr" / "runs" / "1-1-1-2" / "recast-s3", config)
+    assert labels == {"name": "1-1-1-2/recast-s3", "group": "ocr/1-1-1-2", "tags": ["recast", "seed3", "ocr"]}
+    assert wandb_labels(tmp_path / "my-run", config) == {"name": "my-run", "group": None,
+                                                          "tags": ["recast", "seed3", "ocr"]}

@@ -60,6 +60,12 @@ demo: $(STAMP)
 	$(BIN)/recast train --setting toy --weights $(DEMO)/W-recast.safetensors --out $(DEMO)/run --max-steps 4 --save-every 2
 	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --out $(DEMO)/gmm1d-W.safetensors
 	$(BIN)/recast solve-w --gains $(EXAMPLE) --lambda 1,1,1 --steps 10 --out $(DEMO)/gmm1d-W-T10.safetensors
+	$(BIN)/recast sample --run $(DEMO)/run --prompt "a red circle on a white background" \
+	    --prompt "a blue square on a black background" --prompt "a yellow triangle on a white background" \
+	    --n 4 --grid --out $(DEMO)/samples
+	@echo "demo: the figures are $(DEMO)/fig1.png (W, as in the paper's Fig. 1) and $(DEMO)/D.png (each reward's"
+	@echo "      discriminability curve); the trained policy's samples are $(DEMO)/samples/grid.png (a row per prompt);"
+	@echo "      the run is $(DEMO)/run (recast inspect $(DEMO)/run). Four steps train little: its reward may go down."
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sinkhorn.py
@@ -110,11 +116,16 @@ STUDY := artifacts/$(SETTING)
 ifneq ($(JOBS),1)
 STUDY_THREADS := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 endif
+# GPUS=0,1,2,3 with JOBS=4: each recipe takes a free GPU of the list for as long as it runs
+# (recast_cli/study/slots.py; GPUS=0+1,2+3: two GPUs per job). Unset: every job sees every GPU.
+ifneq ($(GPUS),)
+STUDY_RECAST := RECAST="$(BIN)/python -m recast_cli.study.slots --dir $(STUDY)/.slots --gpus $(GPUS) -- $(BIN)/recast"
+endif
 all: $(STAMP)
 	mkdir -p $(STUDY)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
-	$(STUDY_THREADS) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all
+	$(STUDY_THREADS) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all $(STUDY_RECAST)
 
 # The held-out judges of a study that `make all` ran (its evaluations score the training rewards only, so
 # training never waits on a judge): every evaluation gets [evaluate] judges, scored on its saved images,
@@ -123,7 +134,7 @@ all: $(STAMP)
 judges: $(STAMP)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
-	$(JUDGES_ENV) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) judges
+	$(JUDGES_ENV) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) judges $(STUDY_RECAST)
 
 # The side package sets of the judges whose packages pin transformers 4.x (docs/rewards.md).
 side: $(SIDE_HPS)

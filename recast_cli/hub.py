@@ -141,8 +141,19 @@ def hub_id_of(value: str | os.PathLike[str], base: Path | None = None) -> HubRef
         raise BadInput(f"{exc} (and there is no local path of that name)") from None
 
 
+#: The setting the command read last (``setting.load.load_setting`` records it), as the user named it: the
+#: fetch hint names it, so the line says what to paste (one command reads one setting).
+_setting_named: list[str] = []
+
+
+def name_setting(name: str) -> None:
+    """Record the setting a command reads, for :func:`fetch_hint`."""
+    _setting_named[:] = [name]
+
+
 def fetch_hint(ref: HubRef) -> str:
-    return (f"run `recast fetch SETTING` on a machine with network access (gated repos: accept the licence on "
+    setting = _setting_named[0] if _setting_named else "SETTING"
+    return (f"run `recast fetch {setting}` on a machine with network access (gated repos: accept the licence on "
             f"huggingface.co/{ref.repo}, then `hf auth login` or set HF_TOKEN)")
 
 

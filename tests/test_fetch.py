@@ -158,13 +158,14 @@ def test_a_missing_hub_model_is_one_line_naming_it_and_recast_fetch(tmp_path, mo
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     from recast_cli.setting.load import load_setting
 
-    spec = load_setting(str(write_setting(tmp_path, "stabilityai/stable-diffusion-3.5-medium@abc123"))).policy
+    setting = str(write_setting(tmp_path, "stabilityai/stable-diffusion-3.5-medium@abc123"))
+    spec = load_setting(setting).policy
     assert spec.path is None and str(spec.hub) == "stabilityai/stable-diffusion-3.5-medium@abc123"
     with pytest.raises(BadInput) as err:
         spec.folder()
     message = str(err.value)
     assert "\n" not in message and "stabilityai/stable-diffusion-3.5-medium@abc123" in message
-    assert "recast fetch SETTING" in message and "HF_TOKEN" in message
+    assert f"`recast fetch {setting}`" in message and "HF_TOKEN" in message  # the setting as it was named
     assert spec.folder(required=False) is None
 
 

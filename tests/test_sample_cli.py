@@ -52,3 +52,22 @@ def test_unknown_setting_and_missing_model_are_named(tmp_path):
     bad.write_text('[policy]\nkind = "sd3"\npath = "absent"\n')
     result = runner.invoke(app, ["sample", "--setting", str(bad), "--prompt", "x", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+def test_sample_run_draws_from_the_trained_lora_not_the_base_model(tmp_path):
+    from tests.train.conftest import tiny_train_setting
+
+    trained = tiny_train_setting(tmp_path)
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["train", "--setting", str(trained), "--weights", "static", "--out", str(run),
+                                 "--max-steps", "1", "--lr", "0.5", "--device", "cpu", "--quiet"])
+    assert result.exit_code == 0, result.stderr
+    args = ["sample", "--prompt", PROMPT, "--n", "1", "--device", "cpu"]
+    base = runner.invoke(app, [*args, "--setting", str(trained), "--out", str(tmp_path / "base")])
+    tuned = runner.invoke(app, [*args, "--run", str(run), "--out", str(tmp_path / "tuned"), "--grid"])
+    assert base.exit_code == 0 and tuned.exit_code == 0, (base.stderr, tuned.stderr)
+    name = "a-red-circle-on-a-white-background-0000.png"
+    assert (tmp_path / "base" / name).read_bytes() != (tmp_path / "tuned" / name).read_bytes()
+    assert Image.open(tmp_path / "tuned" / "grid.png").size == (32, 32)  # one prompt × n = 1
+    both = runner.invoke(app, [*args, "--run", str(run), "--setting", str(trained), "--out", str(tmp_path / "x")])
+    assert both.exit_code == 2 and "not both" in both.stderr and not (tmp_path / "x").exists()

@@ -1,4 +1,4 @@
-"""``recast.eval/1``: every evaluated image under every scorer (METHOD.md §7), one Parquet row per (image, scorer)."""
+"""``recast.eval/1``: every evaluated image under every scorer (docs/method.md §7), one Parquet row per (image, scorer)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class EvalImage:
 
 @dataclass(frozen=True)
 class EvalTable:
-    """Scores of every evaluated image under every scorer (METHOD.md §7).
+    """Scores of every evaluated image under every scorer (docs/method.md §7).
 
     ``scores[j, s]`` is scorer ``scorers[s]`` (of kind ``kinds[s]``: a training ``reward`` or a
     held-out ``judge``) on image ``images[j]``. ``meta`` holds the keys of ``EVAL_RUN_KEYS``:
@@ -72,7 +72,7 @@ class EvalTable:
         return self.scores[:, self.scorers.index(scorer)]
 
     def aggregate(self) -> np.ndarray:
-        """``r = Σ_i λ_i·r_i`` per image over the training rewards, with the table's λ (METHOD.md §7)."""
+        """``r = Σ_i λ_i·r_i`` per image over the training rewards, with the table's λ (docs/method.md §7)."""
         lam = np.asarray(self.meta["lambda"], dtype=np.float64)
         rewards = np.stack([self.column(r) for r in self.meta["rewards"]], axis=1) if len(lam) else \
             np.zeros((len(self.images), 0))

@@ -1,4 +1,4 @@
-"""Rényi gain curves from rollout scores (METHOD.md §2-§4, E3-E8): the cheap half of ``recast estimate``.
+"""Rényi gain curves from rollout scores (docs/method.md §2-§4, E3-E8): the cheap half of ``recast estimate``.
 
 Everything here works on the dense score array of a ``recast.scores/1`` table,
 ``scores[p, n, t, k, i]`` (prompt, sample, step, rollout, reward), so a gain table can be
@@ -28,7 +28,7 @@ MAX_LOG_WEIGHT = 1e250
 
 
 def reward_scale(scores: np.ndarray, standardise: bool) -> np.ndarray:
-    """s_{p,i}: the std of reward i under π^old for prompt p (METHOD.md §2), or 1 when not standardising.
+    """s_{p,i}: the std of reward i under π^old for prompt p (docs/method.md §2), or 1 when not standardising.
 
     The π^old samples are the rollouts from pure noise (t = T): x_T is exact noise under every
     sampling, so those N·K endpoints are exact draws of the policy, unlike the rollouts from
@@ -194,7 +194,7 @@ def check_log_weights(scores: np.ndarray, scale: np.ndarray, beta: float, alpha:
 
 
 def surrogate_check(scores: np.ndarray, scale: np.ndarray, beta: float, rewards: tuple[str, ...]) -> dict:
-    """METHOD.md §4's t = 0 diagnostic per reward: mean_{P'} w against mean_Q w² / mean_Q w.
+    """docs/method.md §4's t = 0 diagnostic per reward: mean_{P'} w against mean_Q w² / mean_Q w.
 
     w = exp(r̃/β); P' = the positives (t = 0), Q = the policy's own samples, which are the
     rollouts from pure noise (t = T). For exact π⁺ positives both sides agree.

@@ -1,6 +1,6 @@
 """The expensive half of ``recast estimate``: rollouts from noised samples and their reward scores.
 
-For each prompt (METHOD.md §4, E6): take N samples x_0^n — positives under π⁺-sampling,
+For each prompt (docs/method.md §4, E6): take N samples x_0^n — positives under π⁺-sampling,
 the endpoints of the policy's own trajectories under π^old-sampling (E8) — form x_t^n for
 t = 1..T, run K rollouts from every x_t^n down to x_0, and score every reward on every
 endpoint. All (n, t, k) rollouts of a prompt run as mixed-t batches (one model call per

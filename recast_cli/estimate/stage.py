@@ -1,4 +1,4 @@
-"""The ``recast estimate`` stage, top to bottom (METHOD.md §4).
+"""The ``recast estimate`` stage, top to bottom (docs/method.md §4).
 
 1. Resolve the policy (``gmm1d``, a setting, or a ``recast train`` run or checkpoint folder:
    the run's setting with the checkpoint's LoRA applied), the rewards and the positives (a
@@ -209,7 +209,7 @@ def rollout_inputs(cfg: EstimateConfig, world: World) -> dict[str, str]:
     gain tables) and its ``[rewards.*]`` options, a model's weights, a checkpoint's network or LoRA (a
     run folder's latest changes as it trains), the positives' manifest, a ``--prompts`` file's prompts.
     The run id holds them (:meth:`EstimateConfig.run_id`): the parts of a run made of other inputs
-    are never resumed. ``--policy gmm1d`` has none: the flags fix METHOD.md §4's world."""
+    are never resumed. ``--policy gmm1d`` has none: the flags fix docs/method.md §4's world."""
     from recast_cli.setting.load import digest, load_setting, policy_inputs
 
     inputs: dict[str, str | None] = {}

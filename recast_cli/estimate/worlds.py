@@ -1,4 +1,4 @@
-"""The worlds ``recast estimate`` measures in: policy, rewards, prompts and positives (METHOD.md §4).
+"""The worlds ``recast estimate`` measures in: policy, rewards, prompts and positives (docs/method.md §4).
 
 One builder per world — the exact analytic world (``--policy gmm1d``), its trainable version (a
 ``flow1d`` setting) and the image models (an ``sd3``, ``flux`` or ``qwenimage`` setting, optionally
@@ -73,7 +73,7 @@ def build_world(cfg: EstimateConfig) -> World:
 
 
 def exact_world(policy: str) -> tuple[Any, dict, list[Source]]:
-    """The world ``recast estimate --exact`` computes in: ``gmm1d`` (METHOD.md §4's), or a gmm1d or
+    """The world ``recast estimate --exact`` computes in: ``gmm1d`` (docs/method.md §4's), or a gmm1d or
     flow1d setting's (its ``[world]``, else the default) → (world, config entries, sources)."""
     from recast_cli.policy.world1d import DEFAULT_WORLD
     from recast_cli.setting.load import ANALYTIC_KINDS, analytic_world, load_setting

@@ -1,4 +1,4 @@
-"""The ``recast evaluate`` stage, top to bottom (METHOD.md §7).
+"""The ``recast evaluate`` stage, top to bottom (docs/method.md §7).
 
 1. Resolve what is evaluated, once (``evaluate/target``): the base model of a setting, or a
    ``recast train`` run (its latest checkpoint, or ``--checkpoint STEP``) with the run's setting

@@ -52,7 +52,7 @@ def step_noise(seeds: torch.Tensor, step: torch.Tensor, shape: Sequence[int], dt
                device: torch.device) -> torch.Tensor:
     """Standard normal noise for (sample seed, step t): the same pair always gives the same draw.
 
-    This is how common random numbers work across start steps (METHOD.md §4): rollout k of
+    This is how common random numbers work across start steps (docs/method.md §4): rollout k of
     positive n uses seed (n, k), and its step-t noise does not depend on where it started or
     on the batch it runs in. Small latents (≤ HASHED_NOISE_MAX elements, e.g. the 1-D world)
     use a vectorised counter-based hash; image latents use one seeded torch generator per sample.

@@ -1,6 +1,6 @@
 """The analytic world ``gmm1d``: exact Rényi discriminability curves for testing the method.
 
-METHOD.md §4, "The analytic world": π^old = ¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4),
+docs/method.md §4, "The analytic world": π^old = ¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4),
 rectified-flow noising x_σ = (1 − σ)x_0 + σε on the linear grid σ_t = t/T, binary rewards
 used raw with β = 0.5. The posterior x_0 | x_σ is a Gaussian mixture in closed form, so the
 density ratio h_{i,t} (E3) and D_α (E4) are exact up to a 1-D quadrature.
@@ -101,7 +101,7 @@ class GMM1DConditioning:
 
 
 class GMM1DPolicy(FlowPolicy):
-    """The analytic world as a policy: exact velocity, exact posterior rollouts (METHOD.md §4).
+    """The analytic world as a policy: exact velocity, exact posterior rollouts (docs/method.md §4).
 
     ``sigmas`` is the world's grid σ_t = t/T (``grid_spec``); a latent is one number (``latent_shape ==
     (1,)``), float64 on the CPU. "Images" are the samples x_0 themselves: ``decode`` and ``encode``
@@ -110,7 +110,7 @@ class GMM1DPolicy(FlowPolicy):
     the exact posterior x_0 | x_t, which is what the estimator's rollouts are meant to sample
     (E3); with ``exact_rollouts=False`` it runs the shared SDE sampler of the base class on
     the exact velocity instead, to measure a kernel's proxy against the exact answer. ``world``
-    is the mixture and rewards (:class:`~recast_cli.policy.world1d.World1D`; default: METHOD.md §4's).
+    is the mixture and rewards (:class:`~recast_cli.policy.world1d.World1D`; default: docs/method.md §4's).
     """
 
     def __init__(self, steps: int = 25, exact_rollouts: bool = True, world: World1D = DEFAULT_WORLD):
@@ -166,7 +166,7 @@ class GMM1DPolicy(FlowPolicy):
 
         The draw uses ``step_noise(seed, 1)``: the noise of the last step, the one every rollout
         shares whatever its start, so the same seed at different t gives coupled draws (common
-        random numbers, METHOD.md §4) and the same (seed, t) always the same x_0. One uniform
+        random numbers, docs/method.md §4) and the same (seed, t) always the same x_0. One uniform
         picks the component by inverse CDF over the posterior weights, one normal the offset.
         ``noise_level`` is only checked: the exact posterior is the exact time reversal's answer.
         """

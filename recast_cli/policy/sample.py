@@ -43,13 +43,34 @@ def image_path(out_dir: Path, prompt: str, seed: int) -> Path:
     return out_dir / f"{slug(prompt)}-{seed:04d}.png"
 
 
-def check_outputs(prompts: Sequence[str], n: int, out_dir: str | Path, seed: int = 0) -> None:
+def check_outputs(prompts: Sequence[str], n: int, out_dir: str | Path, seed: int = 0, grid: bool = False) -> None:
     """Before sampling: ``out_dir`` is not a recast artifact folder (nor inside one), and every PNG
     that would be replaced is one ``recast sample`` wrote (BadInput otherwise)."""
     out_dir = claim_folder(out_dir, None)
     for prompt in prompts:
         for i in range(n):
             refuse_foreign_file(image_path(out_dir, prompt, seed + i), IMAGE_SCHEMA)
+    if grid:
+        refuse_foreign_file(Path(out_dir) / GRID_NAME, IMAGE_SCHEMA)
+
+
+#: The one picture of every sample ``recast sample --grid`` writes beside them.
+GRID_NAME = "grid.png"
+
+
+def write_grid(paths: Sequence[Path], n: int, out_dir: str | Path) -> Path:
+    """The samples tiled, one row per prompt and ``n`` columns (``paths`` prompt-major), as ``OUT/grid.png``."""
+    from PIL import Image
+
+    images = [Image.open(p).convert("RGB") for p in paths]
+    w, h = images[0].size
+    rows = len(images) // n
+    grid = Image.new("RGB", (n * w, rows * h), (255, 255, 255))
+    for k, image in enumerate(images):
+        grid.paste(image, ((k % n) * w, (k // n) * h))
+    out = Path(out_dir) / GRID_NAME
+    atomic_write_bytes(out, png_bytes(grid))
+    return out
 
 
 def sample_images(policy: FlowPolicy, prompts: Sequence[str], n: int, out_dir: str | Path, seed: int = 0,

@@ -17,7 +17,7 @@ def sde_step(
     prev_sample: torch.Tensor | None = None,
     with_log_prob: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """E1 of METHOD.md: the Gaussian transition x_σ → x_σ' of the flow SDE with noise level a.
+    """E1 of docs/method.md: the Gaussian transition x_σ → x_σ' of the flow SDE with noise level a.
 
     ``μ = x + v·dt + (s²/(2σ))·(x + (1 − σ)·v)·dt``, ``s = a·sqrt(σ/(1 − σ))``,
     ``dt = σ' − σ < 0``, ``x' = μ + s·sqrt(−dt)·z``. At σ = 1 the denominator 1 − σ uses σ'

@@ -3,7 +3,7 @@
 A :class:`StepReward` is explicit cells (edges and one value per cell) or periodic cells (a cell
 width, a phase and a repeating pattern of values). What the exact code needs of it follows in
 closed form: r(x_0) in numpy or torch, its cells over a span, and P(r = v) under a Gaussian — a sum
-of ndtr differences over the cells that hold v (METHOD.md §4). The world that owns the rewards is
+of ndtr differences over the cells that hold v (docs/method.md §4). The world that owns the rewards is
 :class:`~recast_cli.policy.world1d.World1D`; a reward's definition is checked with the world's
 (:func:`~recast_cli.policy.world_limits.check_reward`).
 """

@@ -1,7 +1,7 @@
 """The 1-D analytic world as data: a Gaussian mixture π^old and step-function rewards on the line.
 
 A :class:`World1D` is everything the analytic worlds ``gmm1d`` and ``flow1d`` know in closed form
-(METHOD.md §4): π^old = Σ_j w_j·N(μ_j, s_j²), rectified-flow noising x_σ = (1 − σ)x_0 + σε, and
+(docs/method.md §4): π^old = Σ_j w_j·N(μ_j, s_j²), rectified-flow noising x_σ = (1 − σ)x_0 + σε, and
 rewards r(x_0) that are constant on cells of the line (:class:`~recast_cli.policy.step_reward.StepReward`).
 From these follow, exactly: the posterior x_0 | x_σ (a Gaussian mixture), the rectified-flow
 velocity, P(r = v) under any Gaussian (a sum of ndtr differences over cells), π^old and
@@ -9,7 +9,7 @@ velocity, P(r = v) under any Gaussian (a sum of ndtr differences over cells), π
 every 1-D world shares is written once, here: its σ grid (:data:`GRID`, ``World1D.grid``) and the β
 of its π⁺ (:data:`BETA`, ``World1D.beta``).
 
-:data:`DEFAULT_WORLD` is the world of METHOD.md §4 (¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4);
+:data:`DEFAULT_WORLD` is the world of docs/method.md §4 (¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4);
 ``coarse``, ``mid``, ``fine``, ``fine_wide``); a setting's ``[world]`` table defines another
 (:mod:`~recast_cli.policy.world_table`, docs/settings.md "[world]"). Every world is checked as it is
 built, against the limits of :mod:`~recast_cli.policy.world_limits`. Numbers are float64 throughout;
@@ -31,9 +31,9 @@ from recast_cli.grid import GridSpec
 from recast_cli.policy.step_reward import REACH, StepReward
 from recast_cli.policy.world_limits import POSTERIOR_COST, QUAD_STEP, check_tilt, check_world, held_levels
 
-#: β of the analytic worlds: π⁺ ∝ π^old·exp(r/β) with the raw reward (METHOD.md §4).
+#: β of the analytic worlds: π⁺ ∝ π^old·exp(r/β) with the raw reward (docs/method.md §4).
 BETA = 0.5
-#: The σ grid of every 1-D world (METHOD.md §4): linear in σ.
+#: The σ grid of every 1-D world (docs/method.md §4): linear in σ.
 GRID = GridSpec("linear")
 #: Quadrature points × components the exact estimate holds at once: its float64 arrays [points, J] are
 #: computed in chunks of this many elements, so its memory is bounded whatever the world.
@@ -404,7 +404,7 @@ def _renyi_part(ratio: np.ndarray, prob: np.ndarray, alpha: float) -> float:
 
 
 
-#: METHOD.md §4's world: π^old = ¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4), and its rewards.
+#: docs/method.md §4's world: π^old = ¼ Σ_j N(μ_j, 0.25²), μ = (−2.4, −1.6, 1.6, 2.4), and its rewards.
 DEFAULT_WORLD = World1D(
     weights=(0.25, 0.25, 0.25, 0.25),
     means=(-2.4, -1.6, 1.6, 2.4),

@@ -1,4 +1,4 @@
-"""Stage 1, first command: π⁺ surrogate images (METHOD.md §4, "Positive samples"; E2).
+"""Stage 1, first command: π⁺ surrogate images (docs/method.md §4, "Positive samples"; E2).
 
 ``recast sample-positive`` writes a ``recast.positives/1`` folder from one source:
 

@@ -83,7 +83,7 @@ class Outcome:
 
 
 class PositiveSource(ABC):
-    """A generator of π⁺ surrogate images (METHOD.md §4, "Positive samples")."""
+    """A generator of π⁺ surrogate images (docs/method.md §4, "Positive samples")."""
 
     #: the manifest's ``source`` column
     name: str = ""

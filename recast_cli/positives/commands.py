@@ -52,7 +52,7 @@ def sample_positive_command(
     backoff: float = typer.Option(1.0, help="openai / gemini: seconds before the first retry (doubled per "
                                             "retry, at most 60)."),
 ) -> None:
-    """Write π⁺ surrogate images for every prompt (METHOD.md §4, "Positive samples"; E2)."""
+    """Write π⁺ surrogate images for every prompt (docs/method.md §4, "Positive samples"; E2)."""
     from recast_cli.positives.collect import IncompleteRun, collect
 
     bounds.check_all(("images_per_prompt", "--n", n), ("resolution", "--resolution", resolution),

@@ -1,4 +1,4 @@
-"""Source ``folder:DIR``: existing images as π⁺ surrogates (METHOD.md §4, "Positive samples").
+"""Source ``folder:DIR``: existing images as π⁺ surrogates (docs/method.md §4, "Positive samples").
 
 DIR holds the images and an index that pairs each with its prompt, either
 

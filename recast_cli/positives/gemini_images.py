@@ -1,6 +1,6 @@
 """Source ``gemini``: Google's image generation through the ``google-genai`` SDK (the paper's Nano Banana Pro).
 
-METHOD.md §4, "Positive samples" (E2): the paper's second surrogate, used to check how much the
+docs/method.md §4, "Positive samples" (E2): the paper's second surrogate, used to check how much the
 gains depend on the generator (``recast compare-gains``). ``generate_content`` with image
 output; the key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``), the endpoint from
 ``GOOGLE_GEMINI_BASE_URL`` (default: Google's), both from the environment only. The SDK's

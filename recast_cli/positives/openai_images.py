@@ -1,6 +1,6 @@
 """Source ``openai``: an Images-API-compatible endpoint through the official ``openai`` SDK.
 
-The paper's π⁺ surrogate is GPT Image 1.5 (METHOD.md §4, "Positive samples"; E2). The key comes
+The paper's π⁺ surrogate is GPT Image 1.5 (docs/method.md §4, "Positive samples"; E2). The key comes
 from ``OPENAI_API_KEY`` and the endpoint from ``OPENAI_BASE_URL`` (default: OpenAI's), both read
 from the environment only. The SDK's own retries are off: :mod:`.api` retries 429, 5xx, timeouts
 and broken answers itself, and records a content-policy refusal (``moderation_blocked``,

@@ -1,6 +1,6 @@
 """Source ``diffusers:PATH``: any local diffusers text-to-image pipeline as the strong generator.
 
-METHOD.md §4, "Positive samples": a stronger model's images stand in for π⁺ (E2). The folder is
+docs/method.md §4, "Positive samples": a stronger model's images stand in for π⁺ (E2). The folder is
 loaded with ``DiffusionPipeline.from_pretrained(PATH, local_files_only=True)`` (nothing is
 downloaded), called in batches with one ``torch.Generator`` per image seeded by the job's seed,
 so every image is reproducible alone from the seed in the manifest.

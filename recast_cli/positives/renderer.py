@@ -1,4 +1,4 @@
-"""Source ``renderer``: the toy world's procedural renderer as the π⁺ "strong generator" (METHOD.md §4, E2)."""
+"""Source ``renderer``: the toy world's procedural renderer as the π⁺ "strong generator" (docs/method.md §4, E2)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """Source ``self``: π⁺ by sampling-importance-resampling from π^old, one positive set per reward.
 
-METHOD.md §4, "Positive samples", and E2: ``π⁺_i(x_0 | c) ∝ π^old(x_0 | c)·exp(r̃_i(x_0, c)/β)``.
+docs/method.md §4, "Positive samples", and E2: ``π⁺_i(x_0 | c) ∝ π^old(x_0 | c)·exp(r̃_i(x_0, c)/β)``.
 For each prompt, draw S samples of π^old (the setting's policy and its SDE sampler), score
 them with every reward, and for each reward resample N of the S draws, with replacement, with
 probability ∝ exp(r̃_i/β). As S → ∞ the resampled draws are exact π⁺_i samples; at finite S
 the effective sample size (Σw)²/Σw² says how far they are from it. No external generator.
 
-Standardisation (METHOD.md §4, "Reward standardisation"): ``r̃ = (r − mean)/std`` over the S
+Standardisation (docs/method.md §4, "Reward standardisation"): ``r̃ = (r − mean)/std`` over the S
 draws of the prompt (a constant reward gives r̃ = 0, i.e. uniform resampling); ``--raw`` tilts
 the raw reward instead, as the analytic world's π⁺ does.
 """

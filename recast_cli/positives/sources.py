@@ -1,4 +1,4 @@
-"""The registry of π⁺ sources for ``recast sample-positive --source KIND[:ARG]`` (METHOD.md §4, E2).
+"""The registry of π⁺ sources for ``recast sample-positive --source KIND[:ARG]`` (docs/method.md §4, E2).
 
 Each entry names its argument (``folder:DIR``, ``diffusers:PATH``) or none, the command's flags
 it uses (recorded in the manifest's provenance), and a builder that imports its source lazily

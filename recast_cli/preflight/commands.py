@@ -63,6 +63,12 @@ def _print_build(record: dict, scale: str) -> None:
               f"{build['text_encoder_bytes'] / 2**30:.2f} GiB (offload_text_encoders: "
               f"{'unset, so ' if offload['setting'] is None else ''}{'on' if offload['train'] else 'off'} in training); "
               f"built in {build['seconds']:.1f} s on the meta device (nothing allocated)", highlight=False)
+    if "compute" in build:
+        c = build["compute"]
+        out.print(f"a training step: {c['flops_per_step']:.3g} FLOP ({c['images_per_step']} images; one forward pass "
+                  f"of one image {c['forward_flops']:.3g} FLOP at {c['image_tokens']} image + {c['text_tokens']} text "
+                  f"tokens, × {c['cfg_passes']} with CFG, over {c['sampling_steps']} sampled and "
+                  f"{c['trained_steps']} trained steps; docs/gpu.md, Compute)", highlight=False)
     _print_rewards(build["rewards"])
 
 

@@ -39,7 +39,9 @@ from recast_cli.errors import BadInput
 from recast_cli.policy.lora import lora_parameters
 from recast_cli.preflight.phases import INIT, materialise
 from recast_cli.preflight.rewards import rewards_build
+from recast_cli.preflight.compute import step_compute
 from recast_cli.setting.load import PIPELINES
+from recast_cli.train.config import trained_steps
 
 PREFLIGHT_SCHEMA = "recast.preflight/1"
 PHASES = ("build", "rewards", "estimate", "train", "evaluate")
@@ -130,6 +132,12 @@ def on_meta():
     return torch.device("meta")
 
 
+def meta_transformer(setting):
+    """The setting's SD3 transformer at full size on the meta device (its configs; nothing allocated)."""
+    folder, _ = config_folder(setting, "full")
+    return _components(folder, on_meta)["transformer"]
+
+
 def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
     """The ``build`` phase's numbers (nothing is allocated: every tensor lives on ``meta``)."""
     t0 = time.perf_counter()
@@ -146,7 +154,9 @@ def build_phase(setting, cfg, scale: str) -> dict[str, Any]:
     precision = setting.policy.precision or "no"
     encoders = sum(c["parameters"] + c["buffers"] for n, c in counts.items() if n.startswith("text_encoder"))
     chosen = setting.policy.offload_text_encoders
-    return {"seconds": round(time.perf_counter() - t0, 3), "configs": source, "components": counts,
+    compute = step_compute(modules["transformer"], setting.policy, cfg,
+                           len(trained_steps(setting.policy.steps, cfg.train_fraction)))
+    return {"seconds": round(time.perf_counter() - t0, 3), "configs": source, "components": counts, "compute": compute,
             "parameters_total": total, "buffers_total": buffers, "trainable": lora, "lora_rank": cfg.lora_rank,
             "lora_layers": layers, "precision": precision, "weights_bytes": (total + buffers) * BYTES.get(precision, 4),
             "text_encoder_bytes": encoders * BYTES.get(precision, 4),

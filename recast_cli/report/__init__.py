@@ -1,4 +1,4 @@
-"""``recast report``: the paper's tables and figures from what stage 2 wrote (METHOD.md §7).
+"""``recast report``: the paper's tables and figures from what stage 2 wrote (docs/method.md §7).
 
 Inputs, any mix (docs/report.md):
 

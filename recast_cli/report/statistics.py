@@ -48,7 +48,7 @@ def win_rate(verdicts: Sequence[str], side: str) -> float:
 
 
 class Grid:
-    """Per-evaluation means keyed by (mode, λ, seed), and the base model's means per λ (METHOD.md §7)."""
+    """Per-evaluation means keyed by (mode, λ, seed), and the base model's means per λ (docs/method.md §7)."""
 
     def __init__(self, evals: Sequence[Evaluation]):
         trained = [e for e in evals if e.mode != "base"]

@@ -384,7 +384,7 @@ def _describe_world(setting: Setting) -> str:
 
     world = analytic_world(setting.policy)
     lo, hi = world.support()
-    which = "the default world (METHOD.md §4)" if setting.policy.world is None else "[world]"
+    which = "the default world (docs/method.md §4)" if setting.policy.world is None else "[world]"
     cells = ", ".join(f"{name} ({int(reward.count_cells(lo, hi))} cells)" for name, reward in world.rewards)
     work = max(float(world.exact_work(name, WORK_SIGMAS)[2].max()) for name in world.reward_names)
     return (f"{which}: {len(world.means)} components; rewards {cells}; exact estimate ≤ {work:.3g} evaluations "

@@ -51,7 +51,11 @@ def check_setting_command(
 
 def sample_command(
     out_dir: Path = typer.Option(..., "--out", help="Folder for the PNGs."),
-    setting: str = typer.Option("toy", help="Setting name (pipelines/NAME.toml) or a .toml path."),
+    setting: Optional[str] = typer.Option(None, help="Setting name (pipelines/NAME.toml) or a .toml path "
+                                                     "(default: toy, or the setting --run trained)."),
+    run: Optional[Path] = typer.Option(None, "--run", help="A recast train run: sample its latest checkpoint "
+                                                           "(its LoRA on the setting's model)."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="With --run: the step of the checkpoint."),
     prompt: list[str] = typer.Option(..., "--prompt", help="Prompt (repeat for several)."),
     n: int = typer.Option(4, "--n", help="Images per prompt."),
     seed: int = typer.Option(0, help="Image i of a prompt uses seed + i."),
@@ -60,9 +64,10 @@ def sample_command(
     noise_level: float = typer.Option(0.0, help="SDE noise level a (0: deterministic ODE)."),
     batch: int = typer.Option(8, help="Images per model batch."),
     device: Optional[str] = typer.Option(None, help="torch device (default: cuda if available)."),
+    grid: bool = typer.Option(False, "--grid", help="Also write OUT/grid.png: every image, a row per prompt."),
 ) -> None:
-    """Sample images from a setting's policy and write them as PNGs."""
-    from recast_cli.policy.sample import check_outputs, sample_images
+    """Sample images from a setting's policy, or a trained run's, and write them as PNGs."""
+    from recast_cli.policy.sample import check_outputs, sample_images, write_grid
     from recast_cli.setting.load import build_policy, check_prompts, load_setting
 
     bounds.check_all(("images_per_prompt", "--n", n), ("seed", "--seed", seed), ("steps", "--steps", steps),
@@ -71,12 +76,28 @@ def sample_command(
         raise BadInput(f"--noise-level must be >= 0, got {noise_level}")
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput(f"cannot write into {out_dir}: it is not a directory")
-    spec = load_setting(setting).policy
+    found = None
+    if run is not None:
+        from recast_cli.artifacts.run import run_checkpoint
+
+        if setting is not None:
+            raise BadInput("give --run (it names its setting) or --setting, not both")
+        found = run_checkpoint(run, f"--run {run}", step=checkpoint)
+        setting = found.record.setting
+    elif checkpoint is not None:
+        raise BadInput("--checkpoint selects a checkpoint of --run")
+    spec = load_setting(setting or "toy").policy
     check_prompts(spec, prompt)
-    check_outputs(prompt, n, out_dir, seed=seed)
+    check_outputs(prompt, n, out_dir, seed=seed, grid=grid)
     policy = build_policy(spec, device=device, steps=steps, guidance_scale=guidance_scale)
+    if found is not None:
+        from recast_cli.policy.lora import load_lora_into_policy
+
+        load_lora_into_policy(policy, found.folder)
     paths = sample_images(policy, prompt, n, out_dir, seed=seed, noise_level=noise_level, batch=batch)
     out.print(f"wrote {len(paths)} images to {out_dir}")
+    if grid:
+        out.print(f"wrote {write_grid(paths, n, out_dir)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput, cut
-from recast_cli.hub import HubRef, cached, hub_id_of, resolve_hub
+from recast_cli.hub import HubRef, cached, hub_id_of, name_setting, resolve_hub
 from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
 from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.policy.world_table import world_from_table
@@ -112,7 +112,7 @@ class PolicySpec:
     prompt_check: str = "none"
     features: int = 6  # flow1d: geometric Fourier frequencies of x and σ in the residual MLP
     hidden: int = 32  # flow1d: its hidden width
-    world: World1D | None = None  # gmm1d, flow1d: the setting's [world]; None: the default world (METHOD.md §4)
+    world: World1D | None = None  # gmm1d, flow1d: the setting's [world]; None: the default world (docs/method.md §4)
     #: image policies: the text encoders on the host between encodes; None: ``offload_by_default``
     offload_text_encoders: bool | None = None
     hub: HubRef | None = None  # ``path`` named a Hub repo id (and no local folder of that name exists)
@@ -172,6 +172,7 @@ def load_setting(name_or_path: str) -> Setting:
     spec = policy_spec(table, path)
     if "world" in raw:
         spec = replace(spec, world=world_spec(raw["world"], spec.kind, path))
+    name_setting(name_or_path)
     return Setting(name=path.stem, file=path, policy=spec, raw=raw)
 
 
@@ -200,7 +201,7 @@ def world_spec(table: Any, kind: str, path: Path) -> World1D:
 
 
 def analytic_world(spec: PolicySpec) -> World1D:
-    """The world of a gmm1d or flow1d setting: its ``[world]``, else the default (METHOD.md §4)."""
+    """The world of a gmm1d or flow1d setting: its ``[world]``, else the default (docs/method.md §4)."""
     if spec.kind not in ANALYTIC_KINDS:
         raise BadInput(f"a {spec.kind} policy has no analytic world (only {' and '.join(ANALYTIC_KINDS)})")
     return spec.world if spec.world is not None else DEFAULT_WORLD
@@ -320,7 +321,7 @@ def _canonical(value: Any) -> Any:
 
 def world_of(setting: Setting) -> Any:
     """The analytic world a gmm1d or flow1d setting's runs live in, resolved (its ``[world]``, or
-    METHOD.md §4's: a ``[world]`` equal to the default is the same world); None for an image policy."""
+    docs/method.md §4's: a ``[world]`` equal to the default is the same world); None for an image policy."""
     return analytic_world(setting.policy) if setting.policy.kind in ANALYTIC_KINDS else None
 
 
@@ -332,7 +333,7 @@ def file_digest(path: str | Path) -> str | None:
 
 def policy_inputs(setting: Setting) -> dict[str, str]:
     """Label → digest of the policy and the world a setting's runs live in: its resolved ``[policy]``
-    (less its world) and ``[world]`` (the analytic world; METHOD.md §4's when the setting has none). What
+    (less its world) and ``[world]`` (the analytic world; docs/method.md §4's when the setting has none). What
     ``recast study`` records per cell and gain table, ``recast estimate`` in its run id and ``recast
     train`` per run: a file made under others is never reused. Left out: ``offload_text_encoders``
     (the same images either way, docs/policies.md) and where the checkout is: a local model path counts

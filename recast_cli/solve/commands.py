@@ -63,6 +63,8 @@ def solve_w_command(
         table.add_row(name, f"{w.lam[i]:g}", f"{lam_hat[i]:.4f}", str(int(w.gain[i].argmax()) + 1),
                       "—" if spill is None else f"{100 * spill:.1f}%")
     out.print(table)
+    out.print("spill: the share of a reward's weight on steps where its gain is below 1% of its peak; the "
+              "terms and tags: docs/method.md", highlight=False)
     out.print(f"wrote {out_path}")
 
 

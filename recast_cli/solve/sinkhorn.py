@@ -1,4 +1,4 @@
-"""From per-step gains to the reward x step weight matrix W (METHOD.md §5, E9-E12).
+"""From per-step gains to the reward x step weight matrix W (docs/method.md §5, E9-E12).
 
 Read top to bottom it is the method: resample the gains to the training grid (E9),
 mean-normalise them (E10), take the affinity kernel (E11, or the power kernel E11p), and balance it with Sinkhorn
@@ -76,7 +76,7 @@ def log_affinity(normalised_gain: np.ndarray, tau: float = DEFAULT_TAU, kernel: 
     ``exp`` (E11): log K_{i,t} = ΔD̄_{i,t} / τ. ``power`` (E11p): log K_{i,t} = log(ΔD̄_{i,t}) / τ,
     with ΔD̄ floored at :data:`POWER_FLOOR` x its row's peak so that K > 0. Sinkhorn sees K only
     through cross-ratios, so under E11p a row multiplied by a constant gives the same W: E11p reads
-    ratios of gains, E11 their differences (METHOD.md §5).
+    ratios of gains, E11 their differences (docs/method.md §5).
     """
     nbar = np.asarray(normalised_gain, dtype=np.float64)
     if kernel == "exp":
@@ -236,7 +236,7 @@ def solve_weights(gain: np.ndarray, lam: np.ndarray, mode: str = "recast", tau: 
 def spill_share(W: np.ndarray, gain: np.ndarray, level: float = SPILL_LEVEL) -> np.ndarray:
     """Per reward, the share of its W placed on steps where its gain is below ``level`` x its peak.
 
-    METHOD.md §5: equal column sums force a reward with a narrow informative window to spill
+    docs/method.md §5: equal column sums force a reward with a narrow informative window to spill
     weight onto steps where it carries ~no information. NaN for a row whose gain is all zero.
     """
     peak = gain.max(axis=1, keepdims=True)

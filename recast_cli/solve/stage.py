@@ -2,7 +2,7 @@
 
 Top to bottom: read the gains, parse λ against the table's rewards, move the gains to the
 training grid when it differs (E9), solve (E10-E12, or a baseline mode), measure the spill
-(METHOD.md §5), write the artifact.
+(docs/method.md §5), write the artifact.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def _indiscriminable(rewards: tuple[str, ...], solution: SinkhornResult, totals:
 def _solve_info(solution: SinkhornResult, table: GainTable, gain: np.ndarray, *, floor: float, skip_clean: int,
                 kernel: str, shrink: float = 1.0) -> dict[str, Any]:
     """What W's ``info`` records of the solve: Sinkhorn's iterations and error, the indiscriminable rewards,
-    each reward's spill share on the trained steps (METHOD.md §5), and whether the gains were resampled."""
+    each reward's spill share on the trained steps (docs/method.md §5), and whether the gains were resampled."""
     spill = spill_share(solution.W[:, skip_clean:], gain[:, skip_clean:])
     return {
         "iterations": solution.iterations,

@@ -89,7 +89,7 @@ class StudyCell:
 
 @dataclass(frozen=True)
 class StudySpec:
-    """The sweep of one setting: budgets × seeds × modes after one static warmup (METHOD.md §6–7).
+    """The sweep of one setting: budgets × seeds × modes after one static warmup (docs/method.md §6–7).
 
     ``budgets`` hold one λ per reward of ``rewards`` (the ``[train]`` order). The warmup trains
     ``warmup_steps`` steps with static W and ``[train] lambda`` from the base model; W is then

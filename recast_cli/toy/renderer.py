@@ -2,7 +2,7 @@
 
 Prompts follow one grammar, ``a {color} {shape} on a {background} background``, over a
 fixed vocabulary (4 colours × 3 shapes × 2 backgrounds = 24 prompts). The renderer is the
-toy world's π⁺ "strong generator" (METHOD.md §4, positive samples) and the training data
+toy world's π⁺ "strong generator" (docs/method.md §4, positive samples) and the training data
 of the toy model.
 
 Geometry comes from the seed alone: the same seed gives the same position, area, rotation

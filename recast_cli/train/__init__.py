@@ -1,1 +1,1 @@
-"""Stage 2: ``recast train`` (METHOD.md §6) — online RL with the weight matrix W frozen."""
+"""Stage 2: ``recast train`` (docs/method.md §6) — online RL with the weight matrix W frozen."""

@@ -35,7 +35,7 @@ DEFAULT_LORA_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that decides a training run (METHOD.md §6).
+    """Everything that decides a training run (docs/method.md §6).
 
     ``prompts_per_step`` groups of ``group_size`` images are sampled per iteration (the
     global batch, split across processes by whole groups); every iteration ends with
@@ -77,7 +77,7 @@ class TrainConfig:
     compile_backend: str = "inductor"
     gradient_checkpointing: bool = False  # recompute each transformer block in the backward (memory for time)
     logger: tuple[str, ...] = ("tensorboard",)  # where scalars and pictures go besides metrics.parquet (train/loggers)
-    log_images_every: int = 0  # a grid of samples to the loggers every N steps; 0: never
+    log_images_every: int = 10  # a grid of samples to the loggers every N steps; 0: never
     wandb_project: str = "recast"
     stall_detector: bool = True  # watch for a reward that stalls while another rises (train/stall)
     stall_window: int = DEFAULT_WINDOW  # steps over which a reward's progress is measured

@@ -1,4 +1,4 @@
-"""The training objective of METHOD.md §6: group advantages, E13, the PPO-clipped loss and the KL.
+"""The training objective of docs/method.md §6: group advantages, E13, the PPO-clipped loss and the KL.
 
 Pure tensor functions, shared by both trainers (``train.trainer``, one run; ``batched.engine``, a
 stack of seeds) and their tests: the per-pair loss is :func:`pair_loss`, written once. Static and
@@ -15,7 +15,7 @@ ADV_EPS = 1e-4
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, global_std: bool = False) -> torch.Tensor:
-    """Per-reward group advantages ``A_i = (r_i − mean_group r_i) / (std r_i + 1e-4)`` (METHOD.md §6).
+    """Per-reward group advantages ``A_i = (r_i − mean_group r_i) / (std r_i + 1e-4)`` (docs/method.md §6).
 
     ``rewards`` [B, m] with B = groups × G, each group's G samples contiguous. The std is the
     group's (population std), or with ``global_std`` the std over all B samples (Flow-GRPO's
@@ -92,7 +92,7 @@ def pair_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: tor
               clip_range: float, beta_kl: float = 0.0, mean: torch.Tensor | None = None,
               ref_mean: torch.Tensor | None = None, std: torch.Tensor | None = None,
               dt: torch.Tensor | None = None, kl_form: str = "exact") -> PairLoss:
-    """The per-step loss of METHOD.md §6 for every (image, step) pair: the PPO-clipped ratio times A_t
+    """The per-step loss of docs/method.md §6 for every (image, step) pair: the PPO-clipped ratio times A_t
     (:func:`ppo_terms`), plus ``β_KL·KL(p_θ ‖ p_ref)`` (:func:`gaussian_kl`) when β_KL > 0.
 
     ``log_prob``, ``old_log_prob`` and ``advantage`` have one element per pair, any leading shape

@@ -1,4 +1,4 @@
-"""Planning a ``recast train`` run: every check before the first byte is written (METHOD.md §6).
+"""Planning a ``recast train`` run: every check before the first byte is written (docs/method.md §6).
 
 :func:`plan_run` checks the loaded setting and its ``[train]`` table, the prompts, the sampler's σ
 grid, the steps the trainer trains and its noise level, and W (the static matrix, or a ``solve-w``
@@ -107,7 +107,7 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
         raise BadInput(f"setting {setting.name!r}: a flow1d policy trains its residual MLP in full; "
                        f"set [train] lora_rank = 0 (got {cfg.lora_rank})")
     check_config(cfg)
-    if setting.policy.kind == "flow1d":  # its rewards are its world's ([world], or METHOD.md §4's)
+    if setting.policy.kind == "flow1d":  # its rewards are its world's ([world], or docs/method.md §4's)
         for name in cfg.rewards:
             analytic_world(setting.policy).check_reward(name)
     prompts, _ = load_prompts(cfg.prompts)
@@ -198,7 +198,7 @@ def check_same_run(state: dict, cfg: TrainConfig, w: WeightMatrix, weights: str,
 def run_inputs(setting: Setting, prompts: list[str]) -> dict[str, str]:
     """Label → digest of what a run trains besides its ``[train]`` table (the run key, which names the
     prompts file by path) and W (the W key): the setting's resolved ``[policy]`` and ``[world]`` (the
-    analytic world; METHOD.md §4's when the setting has none), as ``recast study`` records them for its
+    analytic world; docs/method.md §4's when the setting has none), as ``recast study`` records them for its
     cells, and the prompts as read. Recorded in ``run.json`` and every checkpoint; ``--resume`` under
     others is refused (:func:`check_same_inputs`)."""
     return {**policy_inputs(setting), "[train] prompts": digest(prompts)}

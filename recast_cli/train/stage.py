@@ -1,4 +1,4 @@
-"""The ``recast train`` stage, top to bottom (METHOD.md §6): the one function its command calls.
+"""The ``recast train`` stage, top to bottom (docs/method.md §6): the one function its command calls.
 
 1. Load the setting, once: its ``[train]`` table, then ``--set KEY=VALUE`` and the named flags.
 2. Plan the run (``train/plan``): every check before a byte is written, on that setting object.

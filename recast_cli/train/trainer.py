@@ -1,4 +1,4 @@
-"""The ``recast train`` stage: Flow-GRPO-style online RL with W frozen (METHOD.md §6).
+"""The ``recast train`` stage: Flow-GRPO-style online RL with W frozen (docs/method.md §6).
 
 One iteration (a "step" in the metrics and checkpoints):
 

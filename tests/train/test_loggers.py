@@ -219,7 +219,7 @@ def test_an_unknown_logger_in_a_setting_is_one_line_from_check_setting(tmp_path)
 
 def test_logger_keys_parse_and_stay_out_of_the_run_key(setting):
     cfg = config_from_setting(load_setting(str(setting)))
-    assert cfg.logger == ("tensorboard",) and cfg.log_images_every == 0 and cfg.wandb_project == "recast"
+    assert cfg.logger == ("tensorboard",) and cfg.log_images_every == 10 and cfg.wandb_project == "recast"
     other = apply_overrides(cfg, ["logger=wandb", "log_images_every=5", 'wandb_project="p"'], {})
     assert other.logger == ("wandb",) and other.log_images_every == 5 and other.wandb_project == "p"
     assert other.run_key() == cfg.run_key()

@@ -121,17 +121,24 @@ endif
 ifneq ($(GPUS),)
 STUDY_RECAST := RECAST="$(BIN)/python -m recast_cli.study.slots --dir $(STUDY)/.slots --gpus $(GPUS) -- $(BIN)/recast"
 endif
+# LAUNCH trains each run across several GPUs, e.g.
+# LAUNCH="$(BIN)/accelerate launch --config_file pipelines/accelerate/ddp.yaml --num_processes 8" (docs/train.md);
+# with GPUS=0+1+2+3,4+5+6+7 and --num_processes 4, two runs at once, four GPUs each.
+ifneq ($(LAUNCH),)
+STUDY_LAUNCH := RECAST_TRAIN="$(if $(GPUS),$(BIN)/python -m recast_cli.study.slots --dir $(STUDY)/.slots --gpus $(GPUS) -- )$(LAUNCH) -m recast_cli train"
+endif
 all: $(STAMP)
 	mkdir -p $(STUDY)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
-	$(STUDY_THREADS) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all $(STUDY_RECAST)
+	$(STUDY_THREADS) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) all $(STUDY_RECAST) $(STUDY_LAUNCH)
 
 # The held-out judges of a study that `make all` ran (its evaluations score the training rewards only, so
 # training never waits on a judge): every evaluation gets [evaluate] judges, scored on its saved images,
-# then the report again. JUDGES_ENV runs the judges in another environment, e.g.
-# JUDGES_ENV="PYTHONPATH=.side/hps:.side/ir" for hpsv3 and imagereward (their package sets: make side).
-judges: $(STAMP)
+# then the report again. The judges run with the side package sets of hpsv3 and imagereward ahead of
+# .venv's (built first; docs/rewards.md): JUDGES_ENV= runs them in .venv alone.
+JUDGES_ENV ?= PYTHONPATH=$(SIDE)/hps:$(SIDE)/ir
+judges: $(STAMP) $(SIDE_HPS)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
 	$(JUDGES_ENV) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) judges $(STUDY_RECAST)

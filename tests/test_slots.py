@@ -55,3 +55,17 @@ def test_make_all_passes_the_wrapper_to_the_graph():
     unset = subprocess.run(["make", "-s", "--eval", "show-recast: ; @echo [$(STUDY_RECAST)]", "show-recast"],
                            cwd=ROOT, capture_output=True, text=True)
     assert unset.stdout.strip() == "[]"
+
+
+def test_launch_trains_each_run_through_accelerate():
+    shown = subprocess.run(["make", "-s", "--eval", "show-launch: ; @echo $(STUDY_LAUNCH)", "show-launch",
+                            "SETTING=toy", "LAUNCH=accelerate launch --num_processes 4", "GPUS=0+1+2+3,4+5+6+7"],
+                           cwd=ROOT, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == ("RECAST_TRAIN=.venv/bin/python -m recast_cli.study.slots --dir "
+                                    "artifacts/toy/.slots --gpus 0+1+2+3,4+5+6+7 -- accelerate launch "
+                                    "--num_processes 4 -m recast_cli train")
+    graph = subprocess.run([sys.executable, "-m", "recast_cli", "study-makefile", "--setting", "twoscale", "--root",
+                            "/tmp/x"], cwd=ROOT, capture_output=True, text=True)
+    assert graph.returncode == 0, graph.stderr
+    assert "RECAST_TRAIN ?= $(RECAST) train" in graph.stdout

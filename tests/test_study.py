@@ -44,7 +44,8 @@ def test_the_graph_runs_the_warmup_positives_estimates_every_mode_and_the_report
     solves = [line for line in text.splitlines() if "solve-w" in line]
     kinds = [line.split(" --mode ")[1].split(" --tau")[0] for line in solves]
     assert kinds == ["static --kernel exp", "recast --kernel exp"]
-    lines = [line for line in text.splitlines() if line.startswith("\t$(RECAST) ")]
+    lines = [line.replace("$(RECAST_TRAIN)", "$(RECAST) train") for line in text.splitlines()
+             if line.startswith(("\t$(RECAST) ", "\t$(RECAST_TRAIN) "))]
     recipes = [line.split()[1] for line in lines]
     judges = [line for line in lines if "--add-judges" in line]
     assert recipes.count("train") == 3 and recipes.count("evaluate") == 3 + 3  # the warmup and each mode; base + modes

@@ -35,8 +35,8 @@ class Hpsv3Score(BatchedScorer):
     name = "hpsv3"
     requires = ("hpsv3",)
     fetch_also = (("Qwen/Qwen2-VL-7B-Instruct", "model"),)  # the base model its config names (HPSv3_7B.yaml)
-    provided_by = ("its side package set: `make side`, then `make judges JUDGES_ENV=\"PYTHONPATH=.side/hps:.side/ir\"`"
-                   "; or " + SEPARATE_PROCESS)
+    provided_by = ("`make judges` scores it with its side package set (.side/, built by `make side`); or "
+                   + SEPARATE_PROCESS)
 
     def __init__(self, weights: str | Path | None = None, config: str | Path | None = None, device: str = "cpu",
                  batch_size: int = 4) -> None:

@@ -46,8 +46,8 @@ class ImageRewardScore(BatchedScorer):
     name = "imagereward"
     requires = ("ImageReward",)
     fetch_also = (("bert-base-uncased", "processor"),)  # BLIP's tokenizer, by this id (ImageReward/models/BLIP)
-    provided_by = ("its side package set: `make side`, then `make judges JUDGES_ENV=\"PYTHONPATH=.side/hps:.side/ir\"`"
-                   "; or " + SEPARATE_PROCESS)
+    provided_by = ("`make judges` scores it with its side package set (.side/, built by `make side`); or "
+                   + SEPARATE_PROCESS)
 
     def __init__(self, weights: str | Path | None = None, med_config: str | Path | None = None,
                  device: str = "cpu", batch_size: int = 16) -> None:

@@ -33,7 +33,7 @@ def bump_gains(peaks: list[float], widths: list[float], steps: int) -> np.ndarra
 
 def make_table(gain: np.ndarray, rewards: tuple[str, ...] | None = None, grid: GridSpec | None = GridSpec("linear"),
                with_intervals: bool = False) -> GainTable:
-    """A valid recast.gains/1 table whose D telescopes from ``gain`` (D_T = 0)."""
+    """A valid recast.gains/2 table whose D telescopes from ``gain`` (D_T = 0)."""
     m, steps = gain.shape
     rewards = rewards or tuple(f"r{i}" for i in range(m))
     D = np.concatenate([np.cumsum(gain[:, ::-1], axis=1)[:, ::-1], np.zeros((m, 1))], axis=1)

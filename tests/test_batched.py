@@ -181,7 +181,7 @@ def test_a_cell_of_another_study_is_refused(tmp_path):
 @pytest.mark.parametrize("study, args, message", [
     ('modes = ["static"]\ngroup_sizes = [3]', (), "does not divide"),
     ('arms = ["static", "recast:cubic"]', (), "kernel must be one of"),
-    ('arms = ["sideways"]', (), "MODE[:KERNEL[:GAINS[:shrinkγ]]]"),
+    ('arms = ["sideways"]', (), "MODE[:KERNEL[:GAINS[:shrinkγ|shrinkauto|conflict]]]"),
     ('arms = ["static", "recast:power:exact:shrink1.5"]', (), "shrinkγ with γ in (0, 1)"),
     ('modes = ["static"]\nlearning_rate_ladder = [0.02, 0.01]', (), "ascending"),
     ('modes = ["static"]\nlearning_rate_ladder = [0.01]\nlearning_rates = {"static" = 0.1}', (), "excludes"),

@@ -138,7 +138,7 @@ def test_inspect_json_for_weights_and_gains(gains_path, tmp_path):
     assert [r["peak_t"] for r in w["rewards"]] == [20, 12, 5, 2]
     assert len(w["rewards"][0]["W"]) == 25
     g = json.loads(recast("inspect", gains_path, "--json").stdout)
-    assert g["schema"] == "recast.gains/1" and g["run"]["alpha"] == 2.0
+    assert g["schema"] == "recast.gains/2" and g["run"]["alpha"] == 2.0
     assert g["rewards"][3]["D0"] == pytest.approx(sum(g["rewards"][3]["gain"]))
 
 

@@ -132,7 +132,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):
 
 def test_from_scores_of_another_schema_and_foreign_merges(single, tmp_path):
     result = runner.invoke(app, ["estimate", "--from-scores", str(single), "--out", str(tmp_path / "x.parquet")])
-    assert result.exit_code == 2 and "schema tag is 'recast.gains/1'" in result.stderr
+    assert result.exit_code == 2 and "schema tag is 'recast.gains/2'" in result.stderr
     other = tmp_path / "other.parquet"
     run(*BASE[:-2], "--bootstrap", "0", "--seed", "9", "--shard", "1/2", "--out", other)
     result = runner.invoke(app, ["merge", str(single.with_name("g.scores.parquet")),

@@ -82,7 +82,7 @@ def test_solve_w_replaces_only_its_own_kind_of_file(gains_path, tmp_path):
     # a recast artifact of another schema (a gain table) is not replaced by W
     other = tmp_path / "other.parquet"
     other.write_bytes(gains_path.read_bytes())
-    one_line_2(solve(gains_path, other), "is a recast.gains/1 artifact")
+    one_line_2(solve(gains_path, other), "is a recast.gains/2 artifact")
     assert other.read_bytes() == gains_path.read_bytes()
     # an earlier W is replaced, and no lock file is left beside it
     w = tmp_path / "W.safetensors"

@@ -6,7 +6,7 @@ is ``docs/artifacts.md``). Readers validate everything a later stage relies on a
 
 * ``io``: provenance (``Source``, ``Provenance``) and atomic output; ``tables``: Parquet and
   metadata helpers and the checks every reader shares;
-* one module per schema: ``gains`` (``recast.gains/1``), ``weights`` (``recast.weights/1``),
+* one module per schema: ``gains`` (``recast.gains/2``), ``weights`` (``recast.weights/1``),
   ``scores`` (``recast.scores/1``), ``positives`` (``recast.positives/1``), ``evaluation``
   (``recast.eval/1``), ``curve`` (``recast.curve/1``) and ``run`` (``recast.run/1``: run.json and
   the checkpoint listing);
@@ -25,7 +25,7 @@ from recast_cli.artifacts.io import (
 from recast_cli.artifacts.jsonio import json_dumps, json_loads
 from recast_cli.artifacts.locks import FolderLock
 from recast_cli.artifacts.tables import (
-    check_finite, decode_metadata, open_parquet, read_parquet, require_columns, require_keys, require_schema,
+    check_finite, current_tag, decode_metadata, open_parquet, read_parquet, require_columns, require_keys, require_schema,
     write_parquet,
 )
 from recast_cli.artifacts.gains import (
@@ -69,7 +69,7 @@ from recast_cli.artifacts.outputs import (
 
 __all__ = [
     "PROVENANCE_KEYS", "FolderLock", "Provenance", "Source", "atomic_output", "atomic_write_bytes", "check_writable",
-    "clean_stale_temps", "glob_escape", "json_dumps", "json_loads", "sha256_file", "check_finite", "decode_metadata",
+    "clean_stale_temps", "glob_escape", "json_dumps", "json_loads", "sha256_file", "check_finite", "current_tag", "decode_metadata",
     "open_parquet", "read_parquet", "require_columns", "require_keys", "require_schema", "write_parquet",
     "GAINS_SCHEMA", "GAIN_COLUMNS", "GAIN_RUN_KEYS", "MONOTONE_METHODS", "SAMPLINGS", "GainTable", "read_gains",
     "validate_gain_table", "write_gains", "MARGINAL_TOL", "MODES", "WEIGHTS_SCHEMA", "WeightMatrix",

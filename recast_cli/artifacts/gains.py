@@ -1,7 +1,11 @@
-"""``recast.gains/1``: cumulative discriminability and per-step gains, one Parquet row per (reward, t).
+"""``recast.gains/2``: cumulative discriminability and per-step gains, one Parquet row per (reward, t).
 
 t = 0..T for every reward; key-value metadata with JSON values: the run (alpha, beta, T, N, K, P,
 sampling, crn, monotone, reward_std, policy, positives) and the provenance (docs/artifacts.md).
+Version 2 adds the bootstrap's per-draw gains (column ``gain_draws``, a list of B values per row,
+null at t = 0 and where the run made no bootstrap) and, in the metadata, each pair of rewards'
+per-step advantage correlation (``advantage_corr``, E14). A ``recast.gains/1`` table is read as a
+version 2 table without either.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import pyarrow as pa
 from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source
 from recast_cli.artifacts.jsonio import json_dumps
 from recast_cli.artifacts.tables import check_finite, open_parquet, require_columns, require_keys, write_parquet
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 
-GAINS_SCHEMA = "recast.gains/1"
+GAINS_SCHEMA = "recast.gains/2"
+#: the earlier version of the schema, read as a table without bootstrap draws or advantage correlations
+GAINS_SCHEMA_V1 = "recast.gains/1"
 
 SAMPLINGS = ("pplus", "pold", "exact")
 MONOTONE_METHODS = ("clip", "isotonic", "none")
@@ -35,7 +41,10 @@ GAIN_COLUMNS: dict[str, pa.DataType] = {
     "gain": pa.float64(),
     "gain_lo": pa.float64(),
     "gain_hi": pa.float64(),
+    "gain_draws": pa.list_(pa.float64()),
 }
+#: the columns a ``recast.gains/1`` table has (all of version 2's but ``gain_draws``)
+GAIN_COLUMNS_V1 = {k: v for k, v in GAIN_COLUMNS.items() if k != "gain_draws"}
 
 #: Run metadata a gain table must carry besides its provenance (ARCHITECTURE.md).
 GAIN_RUN_KEYS = (
@@ -49,8 +58,10 @@ class GainTable:
 
     Arrays are indexed by reward first. ``D[:, t]`` is D_{i,t} for t = 0..T; gains are
     per step: ``gain[:, t-1]`` is ΔD_{i,t} for t = 1..T. Interval arrays are None when the
-    run made no bootstrap. ``meta`` holds the run metadata (alpha, beta, N, K, P, sampling,
-    crn, monotone, reward_std, policy, positives, and optionally grid / surrogate checks).
+    run made no bootstrap. ``gain_draws`` [B, m, T] holds the gains of each of the bootstrap's B
+    resamples (None: not recorded), from which ``solve-w`` solves one W per draw. ``meta`` holds the
+    run metadata (alpha, beta, N, K, P, sampling, crn, monotone, reward_std, policy, positives, and
+    optionally grid / surrogate checks / ``advantage_corr``, E14).
     """
 
     rewards: tuple[str, ...]
@@ -62,6 +73,7 @@ class GainTable:
     D_hi: np.ndarray | None = None
     gain_lo: np.ndarray | None = None
     gain_hi: np.ndarray | None = None
+    gain_draws: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     provenance: Provenance | None = None
 
@@ -107,10 +119,26 @@ class GainTable:
             "gain": with_null_t0(self.gain),
             "gain_lo": with_null_t0(self.gain_lo),
             "gain_hi": with_null_t0(self.gain_hi),
+            "gain_draws": self._draws_column(),
         }
         metadata = {**self.meta, "T": T, **provenance.to_metadata()}
         table = pa.table(columns, schema=pa.schema(list(GAIN_COLUMNS.items())))
         return table.replace_schema_metadata({k: json_dumps(v) for k, v in metadata.items()})
+
+
+    def _draws_column(self) -> pa.Array:
+        """``gain_draws`` as a list column: row (i, t) holds the B draws of ΔD_{i,t}; null at t = 0."""
+        m, T = self.m, self.T
+        if self.gain_draws is None:
+            return pa.nulls(m * (T + 1), type=pa.list_(pa.float64()))
+        B = self.gain_draws.shape[0]
+        values = np.zeros((m, T + 1, B))
+        values[:, 1:] = np.transpose(np.asarray(self.gain_draws, dtype=np.float64), (1, 2, 0))
+        offsets = pa.array(np.arange(m * (T + 1) + 1, dtype=np.int32) * B)
+        mask = np.zeros((m, T + 1), dtype=bool)
+        mask[:, 0] = True
+        return pa.ListArray.from_arrays(offsets, pa.array(values.ravel(), type=pa.float64()),
+                                        mask=pa.array(mask.ravel()))
 
 
 def validate_gain_table(table: GainTable, where: str = "gain table") -> None:
@@ -142,6 +170,7 @@ def validate_gain_table(table: GainTable, where: str = "gain table") -> None:
         if np.shape(values) != shape:
             raise BadInput(f"{where}: column {name!r} has shape {np.shape(values)}, expected {shape}")
         check_finite(name, np.asarray(values, dtype=np.float64), where, table.rewards)
+    _check_draws(table, where)
     if np.any(table.gain < 0):
         i, j = np.argwhere(table.gain < 0)[0]
         raise BadInput(f"{where}: 'gain' must be non-negative; reward {table.rewards[i]!r} has "
@@ -156,11 +185,51 @@ def validate_gain_table(table: GainTable, where: str = "gain table") -> None:
         from recast_cli.grid import GridSpec
 
         GridSpec.from_json(table.meta["grid"], where)
+    if table.meta.get("advantage_corr") is not None:
+        check_advantage_corr(table.meta["advantage_corr"], table.rewards, T, where)
+
+
+#: the most bootstrap draws a table may record per (reward, step)
+MAX_DRAWS = 10_000
+
+
+def _check_draws(table: GainTable, where: str) -> None:
+    """The draws' shape [B, m, T] with 2 <= B <= MAX_DRAWS, finite and non-negative like the gains."""
+    draws = table.gain_draws
+    if draws is None:
+        return
+    shape = np.shape(draws)
+    if len(shape) != 3 or shape[1:] != (table.m, table.T) or not 2 <= shape[0] <= MAX_DRAWS:
+        raise BadInput(f"{where}: column 'gain_draws' must hold 2 … {MAX_DRAWS} draws for every (reward, t >= 1); "
+                       f"got shape {list(shape)} for {table.m} rewards and T = {table.T}")
+    values = np.asarray(draws, dtype=np.float64)
+    if not np.isfinite(values).all() or np.any(values < 0):
+        raise BadInput(f"{where}: column 'gain_draws' must hold finite non-negative gains")
+
+
+def check_advantage_corr(corr: Any, rewards: tuple[str, ...], T: int, where: str) -> None:
+    """E14's record: ``{"pairs": [[a, b], …], "rho": [[ρ_1 … ρ_T], …], "n": groups}``, one row of ρ per pair of
+    distinct rewards of the table, each ρ in [-1, 1] (or null where a reward did not vary)."""
+    bad = f"{where}: metadata 'advantage_corr' "
+    if not isinstance(corr, dict) or not {"pairs", "rho", "n"} <= set(corr):
+        raise BadInput(bad + "must hold 'pairs', 'rho' and 'n'")
+    pairs, rho, n = corr["pairs"], corr["rho"], corr["n"]
+    if not isinstance(pairs, list) or not isinstance(rho, list) or len(pairs) != len(rho):
+        raise BadInput(bad + "must hold one row of 'rho' per pair")
+    if type(n) is not int or n < 1:
+        raise BadInput(bad + f"'n' must be a positive count of groups, got {shown(n)}")
+    for pair, row in zip(pairs, rho):
+        if (not isinstance(pair, list) or len(pair) != 2 or pair[0] == pair[1]
+                or not all(isinstance(r, str) and r in rewards for r in pair)):
+            raise BadInput(bad + f"names a pair {shown(pair)} that is not two rewards of the table")
+        if not isinstance(row, list) or len(row) != T or not all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and -1 <= v <= 1) for v in row):
+            raise BadInput(bad + f"must give pair {pair} one correlation in [-1, 1] (or null) per step 1 … {T}")
 
 
 def write_gains(path: str | os.PathLike[str], table: GainTable, *, config: Mapping[str, Any] | None = None,
                 sources: Sequence[Source | str | os.PathLike[str]] = ()) -> Provenance:
-    """Validate ``table`` and write it atomically as a ``recast.gains/1`` Parquet file."""
+    """Validate ``table`` and write it atomically as a ``recast.gains/2`` Parquet file."""
     validate_gain_table(table)
     provenance = Provenance.new(GAINS_SCHEMA, config, sources)
     write_parquet(path, table.to_arrow(provenance))
@@ -168,9 +237,10 @@ def write_gains(path: str | os.PathLike[str], table: GainTable, *, config: Mappi
 
 
 def read_gains(path: str | os.PathLike[str]) -> GainTable:
-    """Read and validate a ``recast.gains/1`` Parquet file (BadInput names what is wrong)."""
+    """Read and validate a ``recast.gains/2`` (or ``/1``) Parquet file (BadInput names what is wrong)."""
     arrow, meta, where = open_parquet(path, GAINS_SCHEMA)
-    _check_gain_columns(arrow, where)
+    version1 = meta.get("schema") == GAINS_SCHEMA_V1
+    _check_gain_columns(arrow, where, GAIN_COLUMNS_V1 if version1 else GAIN_COLUMNS)
     cells = _GainCells.of(arrow, where)
     if "T" in meta and meta["T"] != cells.T:
         raise BadInput(f"{where}: metadata T = {meta['T']} but rows run t = 0..{cells.T}")
@@ -186,6 +256,7 @@ def read_gains(path: str | os.PathLike[str]) -> GainTable:
         D_hi=cells.per_level("D_hi"),
         gain_lo=cells.per_step("gain_lo", optional=True),
         gain_hi=cells.per_step("gain_hi", optional=True),
+        gain_draws=None if version1 else cells.draws(),
         meta={k: v for k, v in meta.items() if k not in (*PROVENANCE_KEYS, "T")},
         provenance=Provenance.from_metadata(meta, where),
     )
@@ -193,17 +264,21 @@ def read_gains(path: str | os.PathLike[str]) -> GainTable:
     return table
 
 
-def _check_gain_columns(arrow: pa.Table, where: str) -> None:
+def _check_gain_columns(arrow: pa.Table, where: str, columns: dict[str, pa.DataType]) -> None:
     """Every gain column present with its type (or all null), the key columns never null, and at least
     one row: what the grids below read, checked before any of them is built."""
-    require_columns(arrow, GAIN_COLUMNS, where)
-    kinds = {"reward": pa.types.is_string, "t": pa.types.is_integer}
-    for name in GAIN_COLUMNS:
+    require_columns(arrow, columns, where)
+
+    def float_list(dtype: pa.DataType) -> bool:
+        return pa.types.is_list(dtype) and pa.types.is_floating(dtype.value_type)
+
+    kinds = {"reward": pa.types.is_string, "t": pa.types.is_integer, "gain_draws": float_list}
+    for name in columns:
         check = kinds.get(name, pa.types.is_floating)
         dtype = arrow.schema.field(name).type
         if not (check(dtype) or pa.types.is_null(dtype) or (name == "reward" and pa.types.is_large_string(dtype))):
-            raise BadInput(f"{where}: column {name!r} has type {dtype}, expected {GAIN_COLUMNS[name]}")
-    require_columns(arrow, GAIN_COLUMNS, where, not_null=("reward", "t", "sigma", "D"))
+            raise BadInput(f"{where}: column {name!r} has type {dtype}, expected {columns[name]}")
+    require_columns(arrow, columns, where, not_null=("reward", "t", "sigma", "D"))
     if arrow.num_rows == 0:
         raise BadInput(f"{where}: the table holds no row (no reward, no step); a gain table has one row per "
                        "(reward, t = 0..T)")
@@ -283,6 +358,33 @@ class _GainCells:
             return None
         self._refuse_nulls(name, null, first_t=0)
         return self.grid(name)
+
+    def draws(self) -> np.ndarray | None:
+        """``gain_draws`` as [B, m, T] (None: null at every t >= 1); BadInput unless every row t >= 1 holds
+        the same number B of draws and every row t = 0 is null."""
+        column = self.arrow.column("gain_draws")
+        if pa.types.is_null(column.type):
+            return None
+        null = self.null("gain_draws")
+        if not null[:, 0].all():
+            raise BadInput(f"{self.where}: column 'gain_draws' must be null at t = 0")
+        if null[:, 1:].all():
+            return None
+        self._refuse_nulls("gain_draws", null[:, 1:], first_t=1)
+        lists = column.combine_chunks()
+        lengths = lists.value_lengths().to_numpy(zero_copy_only=False)
+        body = ~column.is_null().to_numpy(zero_copy_only=False)
+        sizes = set(lengths[body].astype(np.int64).tolist())
+        if len(sizes) != 1 or not 2 <= next(iter(sizes)) <= MAX_DRAWS:
+            raise BadInput(f"{self.where}: column 'gain_draws' must hold the same number of draws (2 … "
+                           f"{MAX_DRAWS}) in every row t >= 1, got {sorted(sizes)[:5]}")
+        B = sizes.pop()
+        flat = lists.values.to_numpy(zero_copy_only=False).astype(np.float64)  # offsets index the raw values
+        starts = lists.offsets.to_numpy()[:-1][body].astype(np.int64)
+        out = np.full((len(self.rewards), self.T + 1, B), np.nan)
+        rows, ts = self.rows[body], self.t_col[body]
+        out[rows, ts] = flat[starts[:, None] + np.arange(B)[None, :]]
+        return np.transpose(out[:, 1:], (2, 0, 1)).copy()
 
     def _refuse_nulls(self, name: str, null: np.ndarray, *, first_t: int) -> None:
         """BadInput naming the first null cell of ``null`` (whose column 0 is t = ``first_t``), if any."""

@@ -22,6 +22,7 @@ from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 from recast_cli.artifacts.positives import MANIFEST_NAME, POSITIVES_SCHEMA, Positives, read_positives
 from recast_cli.artifacts.run import CHECKPOINT_SCHEMA, RECORD_NAME, RUN_SCHEMA, read_run
 from recast_cli.artifacts.scores import SCORES_SCHEMA, read_scores
+from recast_cli.artifacts.tables import current_tag
 from recast_cli.artifacts.weights import WEIGHTS_SCHEMA, read_weights
 from recast_cli.errors import BadInput
 
@@ -54,7 +55,7 @@ def artifact_schema(path: str | os.PathLike[str]) -> tuple[str | None, Path]:
     A folder is known by the file that marks it (:data:`FOLDER_MARKERS`); that marker file
     given on its own stands for its folder. A Parquet file declares its tag in the key-value
     metadata, a safetensors file in its header's ``__metadata__``; a file that declares none
-    gives None. BadInput when the path is missing, unreadable, or neither a folder, Parquet
+    gives None; an earlier version's tag (``tables.EARLIER_TAGS``) is given as the current one. BadInput when the path is missing, unreadable, or neither a folder, Parquet
     nor safetensors.
     """
     p = Path(path)
@@ -88,7 +89,7 @@ def artifact_schema(path: str | os.PathLike[str]) -> tuple[str | None, Path]:
         tag = json_loads((raw or {}).get(b"schema", b"null"), f"{p}: metadata 'schema'")
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise BadInput(f"{p}: metadata 'schema' is not JSON") from None
-    return (tag if isinstance(tag, str) else None), p
+    return (current_tag(tag) if isinstance(tag, str) else None), p
 
 
 def _positives(path: Path) -> Positives:

@@ -9,7 +9,9 @@ Step columns, repeated on every reward's row: ``aggregate`` (Σ_i λ_i·mean r_i
 wall times ``sample_s`` / ``update_s`` (the only columns a resumed run does not reproduce).
 Added later, so null (or absent) in the files of older runs: ``reward_group_std`` (the reward's
 within-group std pooled over the step's groups, the stall detector's scale) and ``stall`` (whether
-the stall detector flags the reward at the step, ``train/stall``; null where it did not watch).
+the stall detector flags the reward at the step, ``train/stall``; null where it did not watch) and
+``adv_corr`` (list over the run's rewards: the correlation of this reward's group advantages with each
+one's over the step's samples, null where a reward's advantages were all zero; ``train/conflict``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def metrics_schema() -> pa.Schema:
               pa.field("adv_abs", pa.list_(pa.float64()))]
     fields += [pa.field(name, pa.int64() if name == "images" else pa.float64()) for name in STEP_COLUMNS]
     fields.append(pa.field("step_adv_abs", pa.list_(pa.float64())))
-    fields += [pa.field("reward_group_std", pa.float64()), pa.field("stall", pa.bool_())]
+    fields += [pa.field("reward_group_std", pa.float64()), pa.field("stall", pa.bool_()),
+               pa.field("adv_corr", pa.list_(pa.float64()))]
     return pa.schema(fields)
 
 

@@ -55,11 +55,21 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, where: str) -> dict[str, 
     return meta
 
 
+#: Earlier schema tags the current readers still read, mapped to the tag that replaced them: a file of an
+#: earlier version is that kind of artifact (read, inspected, replaced) without the columns added since.
+EARLIER_TAGS: dict[str, str] = {"recast.gains/1": "recast.gains/2"}
+
+
+def current_tag(tag: Any) -> Any:
+    """The tag a file declaring ``tag`` is read as: the newer version's for an earlier version's, else ``tag``."""
+    return EARLIER_TAGS.get(tag, tag) if isinstance(tag, str) else tag
+
+
 def require_schema(meta: Mapping[str, Any], expected: str, where: str) -> None:
-    """BadInput unless the metadata declares the schema tag ``expected``."""
+    """BadInput unless the metadata declares the schema tag ``expected`` (or an earlier version of it)."""
     if "schema" not in meta:
         raise BadInput(f"{where}: no 'schema' tag in the metadata (expected {expected!r})")
-    if meta["schema"] != expected:
+    if current_tag(meta["schema"]) != expected:
         raise BadInput(f"{where}: schema tag is {meta['schema']!r}, expected {expected!r}")
 
 

@@ -2,7 +2,9 @@
 
 Tensor ``W`` float64 [m, T] (row i = reward i, column t-1 = step t) and tensor ``gain`` float64
 [m, T] (the per-step gains on the same grid that W was solved from), string metadata (JSON
-where structured).
+where structured). Optional tensors ``W_lo`` and ``W_hi`` [m, T]: the 5 % and 95 % points of each
+entry over the W solved on every bootstrap draw of the gains (``solve-w --bootstrap``; absent in
+files written before, or without draws).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class WeightMatrix:
     provenance: Provenance | None = None
     trained_steps: tuple[int, ...] | None = None
     kernel: str = DEFAULT_KERNEL
+    band: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def T(self) -> int:
@@ -118,6 +121,15 @@ def validate_weights(w: WeightMatrix, where: str = "weight matrix") -> None:
     if not (np.all(np.isfinite(sig)) and np.all(np.diff(sig) < 0) and sig[-1] == 0.0):
         raise BadInput(f"{where}: 'sigmas' must run strictly down from σ_T to σ_0 = 0")
     check_marginals(w, where)
+    if w.band is not None:
+        for name, values in zip(("W_lo", "W_hi"), w.band):
+            if np.shape(values) != w.W.shape:
+                raise BadInput(f"{where}: tensor {name!r} has shape {list(np.shape(values))}, expected {list(w.W.shape)}")
+            check_finite(name, np.asarray(values, dtype=np.float64), where, w.rewards)
+            if np.any(np.asarray(values) < 0):
+                raise BadInput(f"{where}: tensor {name!r} has negative entries")
+        if np.any(w.band[0] > w.band[1]):
+            raise BadInput(f"{where}: tensor 'W_lo' exceeds 'W_hi' somewhere")
 
 
 #: Tolerance of the marginals a W file must meet against its own metadata.
@@ -177,6 +189,8 @@ def write_weights(path: str | os.PathLike[str], w: WeightMatrix, *, config: Mapp
     if w.trained_steps is not None:
         metadata["trained_steps"] = json_dumps([int(t) for t in w.trained_steps])
     tensors = {"W": np.ascontiguousarray(w.W, dtype=np.float64), "gain": np.ascontiguousarray(w.gain, dtype=np.float64)}
+    if w.band is not None:
+        tensors["W_lo"], tensors["W_hi"] = (np.ascontiguousarray(b, dtype=np.float64) for b in w.band)
     atomic_write_bytes(path, st_save(tensors, metadata=metadata))
     return provenance
 
@@ -237,6 +251,19 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
         provenance=Provenance.from_metadata(meta, where),
         trained_steps=trained_steps,
         kernel=meta.get("kernel", DEFAULT_KERNEL),
+        band=_band(tensors, where),
     )
     validate_weights(w, where)
     return w
+
+
+def _band(tensors: Mapping[str, np.ndarray], where: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The optional bootstrap band (``W_lo``, ``W_hi``): both tensors or neither."""
+    if "W_lo" not in tensors and "W_hi" not in tensors:
+        return None
+    if not ("W_lo" in tensors and "W_hi" in tensors):
+        raise BadInput(f"{where}: tensors 'W_lo' and 'W_hi' come together (the bootstrap band of W); one is missing")
+    for name in ("W_lo", "W_hi"):
+        if tensors[name].dtype != np.float64:
+            raise BadInput(f"{where}: tensor {name!r} must be float64, got {tensors[name].dtype}")
+    return tensors["W_lo"], tensors["W_hi"]

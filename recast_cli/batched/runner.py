@@ -150,6 +150,11 @@ def prepare_weights(plan: StudyPlan, quiet: bool = False, force: bool = False) -
         cfg = EstimateConfig(policy=str(setting.file), rewards=study.rewards, steps=study.estimate_steps,
                              N=study.n, K=study.k, P=study.p, sampling=study.sampling)
         estimate_stage.estimate(cfg, opts, gains["estimate"], quiet=quiet)
+    if "conflicts" in gains and not gains["conflicts"].is_file():  # E14 needs rollouts every reward shares
+        gains["conflicts"].parent.mkdir(parents=True, exist_ok=True)
+        cfg = EstimateConfig(policy=str(setting.file), rewards=study.rewards, steps=study.estimate_steps,
+                             N=study.n, K=study.k, P=study.p, sampling="pold")
+        estimate_stage.estimate(cfg, opts, gains["conflicts"], quiet=quiet)
     skip = skip_clean_of(T, plan.cells[0].cfg.train_fraction)
     for cell in plan.cells:
         if cell.weights.is_file():  # one W per budget × arm: the cells of every G and rate share it
@@ -165,14 +170,22 @@ def prepare_weights(plan: StudyPlan, quiet: bool = False, force: bool = False) -
             write_weights(cell.weights, w, config={"command": "recast study", "mode": "static"},
                           sources=[setting.file])
         else:
+            variant = cell.arm.variant
             solve_w(gains[cell.arm.gains], lam, cell.weights, mode=cell.arm.mode, tau=study.tau, steps=T,
-                    skip_clean=skip, kernel=cell.arm.kernel, shrink=cell.arm.shrink)
+                    skip_clean=skip, kernel=cell.arm.kernel, shrink="auto" if variant == "shrinkauto" else cell.arm.shrink,
+                    conflicts="static" if variant == "conflict" else "keep",
+                    conflicts_from=gains.get("conflicts") if variant == "conflict" else None)
 
 
 def gain_paths(plan: StudyPlan) -> dict[str, Path]:
-    """The gain tables the plan's arms solve W from: ``exact`` and/or ``estimate`` → OUT/gains/NAME.parquet."""
+    """The gain tables the plan's arms solve W from: ``exact`` and/or ``estimate`` → OUT/gains/NAME.parquet, and
+    ``conflicts`` (a π^old-sampling estimate at the same budget, whose rollouts every reward shares: E14) for a
+    conflict-aware arm."""
     needed = {c.arm.gains for c in plan.cells if c.arm.mode != "static"}
-    return {name: plan.out / "gains" / f"{name}.parquet" for name in ("exact", "estimate") if name in needed}
+    if any(c.arm.variant == "conflict" for c in plan.cells):
+        needed.add("conflicts")
+    return {name: plan.out / "gains" / f"{name}.parquet" for name in ("exact", "estimate", "conflicts")
+            if name in needed}
 
 
 # --------------------------------------------------------------------------- what made each file
@@ -183,10 +196,13 @@ def gain_inputs(plan: StudyPlan, which: str) -> dict[str, str]:
     world's (and the estimate's options), the sampled estimate also the base policy's."""
     made = policy_inputs(plan.setting)
     inputs = {"format": str(CELL_FORMAT), "[world]": made["[world]"]}
-    if which == "estimate":
+    if which != "exact":
         inputs["[policy]"] = made["[policy]"]
     keys = EXACT_KEYS if which == "exact" else ESTIMATE_KEYS
-    inputs["[study] gains options"] = digest({k: getattr(plan.study, k) for k in keys})
+    options = {k: getattr(plan.study, k) for k in keys}
+    if which == "conflicts":
+        options["sampling"] = "pold"
+    inputs["[study] gains options"] = digest(options)
     return inputs
 
 
@@ -195,9 +211,13 @@ def weights_inputs(plan: StudyPlan, cell: CellPlan) -> dict[str, str]:
     and τ, and the training grid it lives on (T and the clean steps skipped)."""
     static = cell.arm.mode == "static"
     inputs = {"format": str(CELL_FORMAT)} if static else gain_inputs(plan, cell.arm.gains)
+    if cell.arm.variant == "conflict":
+        inputs.update({f"conflicts {k}": v for k, v in gain_inputs(plan, "conflicts").items() if k != "format"})
     T = plan.setting.policy.steps
+    arm = [cell.arm.mode, cell.arm.kernel, cell.arm.gains, cell.arm.shrink] + ([cell.arm.variant] if cell.arm.variant
+                                                                               else [])
     inputs["[study] W options"] = digest({
-        "arm": [cell.arm.mode, cell.arm.kernel, cell.arm.gains, cell.arm.shrink], "lambda": cell.budget,
+        "arm": arm, "lambda": cell.budget,
         "rewards": plan.study.rewards,
         "tau": None if static else plan.study.tau, "T": T, "skip": skip_clean_of(T, plan.cells[0].cfg.train_fraction)})
     return inputs
@@ -237,7 +257,7 @@ def record_entries(plan: StudyPlan) -> dict[str, tuple[dict[str, str], tuple[tup
 
     entries = {}
     for which, path in gain_paths(plan).items():
-        files = ((path, GAINS_SCHEMA),) + (((scores_path(path), SCORES_SCHEMA),) if which == "estimate" else ())
+        files = ((path, GAINS_SCHEMA),) + (((scores_path(path), SCORES_SCHEMA),) if which != "exact" else ())
         entries[path.relative_to(plan.out).as_posix()] = (gain_inputs(plan, which), files)
     for cell in plan.cells:
         entries[cell.weights.relative_to(plan.out).as_posix()] = (weights_inputs(plan, cell),

@@ -13,11 +13,14 @@ from rich.table import Table
 
 from recast_cli.errors import BadInput
 
+#: what the bootstrap resamples by default (estimate.gains.BOOTSTRAP_OVER; not imported: scipy stays out of --help)
+BOOTSTRAP_DEFAULT = "auto"
+
 out = Console()
 
 
 def estimate_command(
-    out_path: Path = typer.Option(..., "--out", help="Gain table to write (recast.gains/1); the scores go to "
+    out_path: Path = typer.Option(..., "--out", help="Gain table to write (recast.gains/2); the scores go to "
                                                      "OUT.scores.parquet."),
     rewards: Optional[str] = typer.Option(None, help="Comma-separated rewards, e.g. clip,hps,pick,ocr."),
     policy: str = typer.Option("toy", help="gmm1d, a setting name (pipelines/NAME.toml), a .toml path, or a "
@@ -38,7 +41,11 @@ def estimate_command(
     rollout_noise: float = typer.Option(1.414, help="SDE noise level a of the rollouts (√2: exact reversal)."),
     guidance_scale: Optional[float] = typer.Option(None, "--cfg", help="CFG scale defining π^old."),
     monotone: str = typer.Option("isotonic", help="isotonic (default) | clip: how gains are made ≥ 0."),
-    bootstrap: int = typer.Option(200, help="Bootstrap resamples over prompts (0: none)."),
+    bootstrap: int = typer.Option(200, help="Bootstrap resamples for the intervals and the draws solve-w reads (0: none)."),
+    bootstrap_over: str = typer.Option(BOOTSTRAP_DEFAULT, "--bootstrap-over",
+                                       help="What the bootstrap resamples: auto (prompts from 10 prompts up, "
+                                            "else samples) | prompts | samples (each prompt's N, the prompts fixed) "
+                                            "| both (docs/trust.md)."),
     jackknife: bool = typer.Option(False, help="Delete-one-k jackknife against finite-K bias (α ≠ 2)."),
     seed: int = typer.Option(0),
     batch_size: int = typer.Option(64, help="Rollouts per model batch (does not change results)."),
@@ -53,7 +60,8 @@ def estimate_command(
     from recast_cli.estimate import config, stage
 
     opts = config.GainOptions(alphas=config.parse_alphas(alpha), beta=beta, standardise=standardise,
-                             monotone=monotone, bootstrap=bootstrap, jackknife=jackknife)
+                             monotone=monotone, bootstrap=bootstrap, jackknife=jackknife,
+                             bootstrap_over=bootstrap_over)
     config.check_gain_options(opts)
     outs = stage.output_paths(out_path, opts.alphas)
     if from_scores is not None:
@@ -79,6 +87,29 @@ def estimate_command(
             written = stage.estimate(cfg, opts, out_path, shard=shard)
     for path in written:
         out.print(f"wrote {path}")
+        for line in conflict_lines(path):
+            out.print(line, highlight=False)
+
+
+def conflict_lines(path: Path) -> list[str]:
+    """What a written gain table says of conflicting rewards (E14, docs/trust.md); nothing for another file."""
+    from recast_cli.artifacts import GAINS_SCHEMA, artifact_schema, read_gains
+    from recast_cli.solve.conflict import compact_steps, conflicts_on_grid
+
+    if not Path(path).is_file() or artifact_schema(path)[0] != GAINS_SCHEMA:
+        return []
+    table = read_gains(path)
+    corr = table.meta.get("advantage_corr")
+    if len(table.rewards) < 2 or table.meta.get("sampling") == "exact":
+        return []
+    if corr is None:
+        return ["conflicts (E14): not measured — the rewards were not scored on the same rollouts (a positive set per "
+                "reward) or K = 1; a --sampling pold estimate measures them (docs/trust.md)"]
+    found = conflicts_on_grid(corr, table.sigmas, table.sigmas)
+    if not found:
+        return ["conflicts (E14): none — no pair's advantages anti-correlate at any step"]
+    return [f"conflicts (E14): {c.pair[0]} and {c.pair[1]} at steps {compact_steps(c.steps)} (lowest ρ {c.rho:+.2f}); "
+            "`solve-w` warns where W settles them by timing (docs/trust.md)" for c in found]
 
 
 def merge_command(
@@ -89,7 +120,11 @@ def merge_command(
     standardise: Optional[bool] = typer.Option(None, "--standardise/--raw",
                                                help="Divide each reward by its std under π^old (default: on)."),
     monotone: str = typer.Option("isotonic", help="Make the gains non-negative: isotonic (PAVA) or clip."),
-    bootstrap: int = typer.Option(200, help="Bootstrap resamples over prompts for the intervals (0: none)."),
+    bootstrap: int = typer.Option(200, help="Bootstrap resamples for the intervals and the draws solve-w reads (0: none)."),
+    bootstrap_over: str = typer.Option(BOOTSTRAP_DEFAULT, "--bootstrap-over",
+                                       help="What the bootstrap resamples: auto (prompts from 10 prompts up, "
+                                            "else samples) | prompts | samples (each prompt's N, the prompts fixed) "
+                                            "| both (docs/trust.md)."),
     jackknife: bool = typer.Option(False, help="Delete-one-k jackknife against finite-K bias (α ≠ 2)."),
     allow_partial: bool = typer.Option(False, "--allow-partial",
                                        help="Merge even when shards (prompts) of the run are missing: warn, and "
@@ -101,7 +136,8 @@ def merge_command(
     from recast_cli.estimate.merge import describe, merge_scores
 
     opts = config.GainOptions(alphas=config.parse_alphas(alpha), beta=beta, standardise=standardise,
-                             monotone=monotone, bootstrap=bootstrap, jackknife=jackknife)
+                             monotone=monotone, bootstrap=bootstrap, jackknife=jackknife,
+                             bootstrap_over=bootstrap_over)
     config.check_gain_options(opts)
     outs = stage.output_paths(out_path, opts.alphas)
     merged_path = stage.scores_path(out_path)

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from recast_cli import bounds
-from recast_cli.errors import BadInput, refuse_duplicates
-from recast_cli.estimate.gains import MONOTONE, SAMPLINGS
+from recast_cli.errors import BadInput, refuse_duplicates, shown
+from recast_cli.estimate.gains import BOOTSTRAP_OVER, MONOTONE, SAMPLINGS
 
 #: The largest Rényi order α (the orders in use are 0.25 to 4): the log-weights α·r/β of E4–E8 stay far
 #: inside float64 for every reward the checks admit.
@@ -61,6 +61,7 @@ class GainOptions:
     monotone: str = "isotonic"
     bootstrap: int = 200
     jackknife: bool = False
+    bootstrap_over: str = "auto"
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
@@ -119,6 +120,8 @@ def check_gain_options(opts: GainOptions) -> None:
     if opts.monotone not in MONOTONE:
         raise BadInput(f"--monotone must be one of {', '.join(MONOTONE)}")
     bounds.check("bootstrap", opts.bootstrap, "--bootstrap")
+    if opts.bootstrap_over not in BOOTSTRAP_OVER:
+        raise BadInput(f"--bootstrap-over must be one of {', '.join(BOOTSTRAP_OVER)}, got {shown(opts.bootstrap_over)}")
 
 
 def parse_alphas(text: str) -> tuple[float, ...]:

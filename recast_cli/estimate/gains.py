@@ -21,6 +21,19 @@ from scipy.special import logsumexp
 from recast_cli.errors import BadInput
 
 MONOTONE = ("isotonic", "clip")
+#: what the bootstrap resamples (``estimate_gains``)
+BOOTSTRAP_OVER = ("auto", "prompts", "samples", "both")
+#: ``auto`` resamples the prompts from this many prompts up, else each prompt's samples
+AUTO_PROMPTS = 10
+
+
+def bootstrap_unit(over: str, prompts: int) -> str:
+    """What ``--bootstrap-over`` resamples for a table of ``prompts`` prompts: ``auto`` → ``prompts`` when there are
+    at least AUTO_PROMPTS of them (a bootstrap over fewer is coarse: from 4 prompts, one draw in ten is the
+    sample itself), else ``samples``."""
+    if over != "auto":
+        return over
+    return "prompts" if prompts >= AUTO_PROMPTS else "samples"
 SAMPLINGS = ("pplus", "pold")
 #: The largest log-weight max(α, 1)·|r̃|/β the estimator takes: every log ĥ, its α-multiple and their
 #: sums and differences (E3–E8, bootstrap, projection) stay far inside float64 (largest about 1.8e308).
@@ -147,7 +160,8 @@ def monotone_gains(D: np.ndarray, method: str) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class GainEstimate:
-    """D and gains per reward (arrays [m, T+1] and [m, T]) with bootstrap intervals (None if P < 2)."""
+    """D and gains per reward (arrays [m, T+1] and [m, T]) with bootstrap intervals and the bootstrap's
+    per-draw gains [B, m, T] (None if P < 2), and E14's per-step advantage correlations (None if K < 2)."""
 
     D: np.ndarray
     gain_raw: np.ndarray
@@ -158,6 +172,37 @@ class GainEstimate:
     gain_hi: np.ndarray | None
     reward_scale: np.ndarray
     surrogate: dict[str, dict[str, float]]
+    gain_draws: np.ndarray | None = None
+    advantage_corr: dict | None = None
+
+
+def advantage_correlation(scores: np.ndarray, scale: np.ndarray, rewards: tuple[str, ...]) -> dict | None:
+    """E14 (ours): per step t and pair of rewards (i, j), the correlation of their advantages within a group.
+
+    The K rollouts from one state x_t^n form a group, as the G samples of one prompt do in training: each
+    rollout's advantage for reward i is its standardised reward minus the group's mean,
+    a_i = r̃_i − mean_k r̃_i. ρ_{ij,t} = Σ a_i·a_j / sqrt(Σ a_i² · Σ a_j²), pooled over prompts, states and
+    rollouts. It measures what the rest of the trajectory from σ_t decides: ρ < 0 means that what raises
+    reward i from x_t lowers reward j — the two conflict at step t. None when K < 2 (no group); a ρ is
+    None (null) where either reward did not vary within any group. ``n`` = P·N groups, with K − 1 degrees
+    of freedom each (``conflict_steps``' interval).
+    """
+    K = scores.shape[3]
+    m = len(rewards)
+    if K < 2 or m < 2:
+        return None
+    z = scores[:, :, 1:] / scale[:, None, None, None, :]
+    a = z - z.mean(axis=3, keepdims=True)
+    pairs, rho = [], []
+    for i in range(m):
+        for j in range(i + 1, m):
+            cross = (a[..., i] * a[..., j]).sum(axis=(0, 1, 3))
+            norm = np.sqrt((a[..., i] ** 2).sum(axis=(0, 1, 3)) * (a[..., j] ** 2).sum(axis=(0, 1, 3)))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = np.clip(cross / norm, -1.0, 1.0)
+            pairs.append([rewards[i], rewards[j]])
+            rho.append([None if not (nrm > 0) else float(v) for v, nrm in zip(r, norm)])
+    return {"pairs": pairs, "rho": rho, "n": int(scores.shape[0] * scores.shape[1]), "K": int(K)}
 
 
 def per_prompt_discriminability(scores: np.ndarray, alpha: float, beta: float, sampling: str,
@@ -215,27 +260,47 @@ def surrogate_check(scores: np.ndarray, scale: np.ndarray, beta: float, rewards:
 def estimate_gains(scores: np.ndarray, rewards: tuple[str, ...], alpha: float = 2.0, beta: float = 1.0,
                    sampling: str = "pplus", monotone: str = "isotonic", standardise: bool = True,
                    bootstrap: int = 200, seed: int = 0, jackknife: bool = False,
-                   scale: np.ndarray | None = None) -> GainEstimate:
+                   scale: np.ndarray | None = None, bootstrap_over: str = "auto",
+                   paired: bool = True) -> GainEstimate:
     """E3-E8 end to end from a dense score array [P, N, T+1, K, m] (``scale``: see
-    ``per_prompt_discriminability``)."""
+    ``per_prompt_discriminability``).
+
+    The bootstrap (``bootstrap`` draws) resamples ``bootstrap_over``: ``prompts`` (the prompts, each with its
+    N samples: the error of the gains over the prompt distribution), ``samples`` (each prompt's N positives
+    with their rollouts, the prompts fixed: the error of these prompts' gains) or ``both`` (prompts, then
+    samples within each); ``auto`` picks by the number of prompts (``bootstrap_unit``). Every draw standardises by the point estimate's scales. ``paired``: every reward was
+    scored on the same rollouts, so E14's advantage correlations are measured (else None).
+    """
+    if bootstrap_over not in BOOTSTRAP_OVER:
+        raise ValueError(f"unknown bootstrap unit {bootstrap_over!r}")
+    bootstrap_over = bootstrap_unit(bootstrap_over, scores.shape[0])
     d_prompt, scale = per_prompt_discriminability(scores, alpha, beta, sampling, standardise, jackknife, scale)
     D = shift_and_average(d_prompt)
     m = D.shape[1]
     raw_gain, gain = zip(*(monotone_gains(D[:, i], monotone) for i in range(m)))
-    D_lo = D_hi = gain_lo = gain_hi = None
-    P = scores.shape[0]
-    if bootstrap > 0 and P >= 2:
+    D_lo = D_hi = gain_lo = gain_hi = draws = None
+    P, N = scores.shape[:2]
+    if bootstrap > 0 and (P >= 2 if bootstrap_over == "prompts" else N >= 2):
         rng = np.random.default_rng(seed)
         boot_D = np.empty((bootstrap, D.shape[0], m))
         boot_gain = np.empty((bootstrap, D.shape[0] - 1, m))
         for b in range(bootstrap):
-            pick = rng.integers(0, P, P)
-            Db = shift_and_average(d_prompt[pick])
+            pick = rng.integers(0, P, P) if bootstrap_over != "samples" else np.arange(P)
+            if bootstrap_over == "prompts":
+                Db = shift_and_average(d_prompt[pick])
+            else:
+                within = rng.integers(0, N, (P, N))
+                resampled = scores[pick[:, None], within]
+                Db = shift_and_average(per_prompt_discriminability(resampled, alpha, beta, sampling, standardise,
+                                                                   jackknife, scale[pick])[0])
             boot_D[b] = Db
             for i in range(m):
                 boot_gain[b, :, i] = monotone_gains(Db[:, i], monotone)[1]
         D_lo, D_hi = (np.percentile(boot_D, q, axis=0).T for q in (2.5, 97.5))
         gain_lo, gain_hi = (np.percentile(boot_gain, q, axis=0).T for q in (2.5, 97.5))
+        draws = np.transpose(boot_gain, (0, 2, 1)).copy()
     surrogate = surrogate_check(scores, scale, beta, rewards) if sampling == "pplus" else {}
     return GainEstimate(D=D.T.copy(), gain_raw=np.array(raw_gain), gain=np.array(gain), D_lo=D_lo, D_hi=D_hi,
-                        gain_lo=gain_lo, gain_hi=gain_hi, reward_scale=scale, surrogate=surrogate)
+                        gain_lo=gain_lo, gain_hi=gain_hi, reward_scale=scale, surrogate=surrogate,
+                        gain_draws=draws if bootstrap >= 2 else None,
+                        advantage_corr=advantage_correlation(scores, scale, rewards) if paired else None)

@@ -41,7 +41,7 @@ from recast_cli.artifacts import (
 from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.artifacts.parts import MARKER_NAME
 from recast_cli.errors import BadInput
-from recast_cli.estimate.gains import estimate_gains
+from recast_cli.estimate.gains import bootstrap_unit, estimate_gains
 from recast_cli.estimate.rollouts import RolloutPlan, prompt_scores
 from recast_cli.policy.world1d import World1D
 from recast_cli.policy.world_limits import check_exact_work, check_tilt
@@ -194,6 +194,7 @@ def _gather(cfg: EstimateConfig, world: World, parts: _PromptParts, wanted: Sequ
         "guidance_scale": world.policy_info.get("guidance_scale"), "policy": world.policy_info,
         "positives": world.positives_info, "seed": cfg.seed, "shard": list(shard),
         "grid": world.policy.grid_spec.to_json(), "gmm1d": world.is_analytic,  # the policy's own σ grid
+        "positive_sets": world.positive_sets,  # 1: every reward scored on the same rollouts (E14 can pair them)
     }
     table = ScoreTable(prompt_ids=tuple(world.prompt_ids[j] for j in wanted),
                        prompts=tuple(world.prompts[j] for j in wanted),
@@ -277,13 +278,15 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
     written = []
     for alpha, out in zip(opts.alphas, outs):
         est = estimate_gains(table.scores, table.rewards, alpha=alpha, beta=beta, sampling=meta["sampling"],
+                             paired=paired_rollouts(meta),
                              monotone=opts.monotone, standardise=standardise, bootstrap=opts.bootstrap,
-                             seed=int(meta.get("seed", 0)), jackknife=opts.jackknife, scale=recorded)
+                             seed=int(meta.get("seed", 0)), jackknife=opts.jackknife, scale=recorded,
+                             bootstrap_over=opts.bootstrap_over)
         scale = est.reward_scale.mean(axis=0)
         gains = GainTable(
             rewards=table.rewards, sigmas=np.asarray(meta["sigmas"], dtype=np.float64), D=est.D,
             gain_raw=est.gain_raw, gain=est.gain, D_lo=est.D_lo, D_hi=est.D_hi, gain_lo=est.gain_lo,
-            gain_hi=est.gain_hi,
+            gain_hi=est.gain_hi, gain_draws=est.gain_draws,
             meta={
                 "alpha": alpha, "beta": beta, "N": meta["N"], "K": meta["K"], "P": int(table.scores.shape[0]),
                 "sampling": meta["sampling"], "crn": meta["crn"], "monotone": opts.monotone,
@@ -297,14 +300,24 @@ def gains_from_scores(table: ScoreTable, opts: GainOptions, outs: Sequence[Path]
                 "rollout_noise": meta["rollout_noise"], "guidance_scale": meta["guidance_scale"],
                 "run_id": meta["run_id"], "grid": meta["grid"], "surrogate_check": est.surrogate,
                 "jackknife": opts.jackknife, "bootstrap": opts.bootstrap,
+                "bootstrap_over": bootstrap_unit(opts.bootstrap_over, int(table.scores.shape[0])),
+                "advantage_corr": est.advantage_corr,
                 **({"partial": meta["partial"]} if "partial" in meta else {}),  # recast merge --allow-partial
             },
         )
         write_gains(out, gains, config={"alpha": alpha, "beta": beta, "monotone": opts.monotone,
                                         "bootstrap": opts.bootstrap, "jackknife": opts.jackknife,
+                                        "bootstrap_over": opts.bootstrap_over,
                                         "standardise": standardise}, sources=[source])
         written.append(gains)
     return written
+
+
+def paired_rollouts(meta: dict) -> bool:
+    """Whether every reward of a scores table was scored on the same rollouts (E14 pairs them): π^old-sampling
+    always; π⁺-sampling when one positive set served every reward (``positive_sets`` = 1; a table from before
+    it was recorded: not known, so not paired)."""
+    return meta.get("sampling") == "pold" or meta.get("positive_sets") == 1
 
 
 #: Where the standardising scale s_{p,i} of §2 came from, as recorded in a gain table.

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from recast_cli.grid import GridSpec
 from recast_cli.inspect.summarise import sparkline
+from recast_cli.solve.conflict import compact_steps
 
 #: A kind's renderer: adds its facts to the provenance grid and returns its table (or None).
 Renderer = Callable[[dict[str, Any], Table], Table | None]
@@ -70,6 +71,14 @@ def render_gains(summary: dict[str, Any], facts: Table) -> Table | None:
     run = summary["run"]
     facts.add_row("run", ", ".join(f"{k}={run[k]}" for k in ("alpha", "beta", "N", "K", "P", "sampling",
                                                                "crn", "monotone") if k in run))
+    if run.get("bootstrap"):
+        draws = "draws kept for solve-w --bootstrap" if summary.get("draws") else "no draws kept (recast.gains/1)"
+        facts.add_row("bootstrap", f"{run['bootstrap']} resamples over {run.get('bootstrap_over', 'prompts')}; {draws}")
+    if run.get("advantage_corr") is not None:
+        found = summary.get("conflicts") or []
+        facts.add_row("conflicts", "; ".join(f"{c['pair'][0]}–{c['pair'][1]} at steps {compact_steps(c['steps'])} "
+                                            f"(lowest ρ {c['rho_min']:+.2f})" for c in found)
+                      or "none (no pair's advantages anti-correlate at any step, E14)")
     table = Table(title="per reward", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("reward", style="bold", no_wrap=True)
     table.add_column("D_0", justify="right")
@@ -101,6 +110,21 @@ def render_weights(summary: dict[str, Any], facts: Table) -> Table | None:
     facts.add_row("columns", f"T'·Σ_i W_it over the trained steps from {col.min() * Tp:.6f} to {col.max() * Tp:.6f}")
     row_err = max(abs(r["row_sum"] - r["lambda_hat"]) for r in summary["rewards"])
     facts.add_row("rows", f"max |Σ_t W_it − λ̂_i| = {row_err:.1e}")
+    variant = solver.get("variant") if solver else None
+    if variant:
+        what = (", ".join(f"{r} γ = {g:.2f}" for r, g in variant["gamma"].items()) if "gamma" in variant else
+                f"static on steps {compact_steps(variant['static_steps']) or 'none'}")
+        facts.add_row("variant", f"{variant['name']} ({variant['tag']}): {what}")
+    boot = solver.get("bootstrap") if solver else None
+    if boot and boot.get("samples_for_tv"):
+        parts = ", ".join(f"≤ {t}: N ≈ {n:,.0f}" for t, n in boot["samples_for_tv"].items() if n is not None)
+        facts.add_row("budget", f"N = {boot['samples']} samples per prompt now; for a median row spread {parts}")
+    for c in (solver or {}).get("conflicts", []):
+        facts.add_row("conflict", f"{c['pair'][0]}–{c['pair'][1]} at steps {compact_steps(c['steps'])} "
+                                  f"(lowest ρ {c['rho_min']:+.2f}, E14)")
+    for c in (solver or {}).get("settled_by_timing", []):
+        facts.add_row("by timing", f"W gives {', '.join(sorted(set(c['owner'])))} most of steps "
+                                   f"{compact_steps(c['steps'])}, where {c['pair'][0]} and {c['pair'][1]} conflict")
     table = Table(title="per reward (spill: share of W where the gain is < 1% of its peak)",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("reward", style="bold", no_wrap=True)
@@ -108,11 +132,19 @@ def render_weights(summary: dict[str, Any], facts: Table) -> Table | None:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("W: clean → noisy", no_wrap=True)
     table.add_column("max T'·W", justify="right")
+    if boot:
+        facts.add_row("bootstrap", f"W solved on {boot['draws']} draws of the gains; per reward, the TV of its row to "
+                                   "W's (spread) and to static, median or point [90%]:")
+        for r in summary["rewards"]:
+            u = boot["rows"][r["reward"]]
+            facts.add_row("", f"{r['reward']}: spread {u['tv_point'][1]:.3f} [{u['tv_point'][0]:.3f}, "
+                              f"{u['tv_point'][2]:.3f}], to static {u['tv_static']:.3f} [{u['tv_static_range'][0]:.3f}, "
+                              f"{u['tv_static_range'][1]:.3f}]: {u['verdict']}")
     for r in summary["rewards"]:
         spill = "—" if r["spill_share"] is None else f"{100 * r['spill_share']:.1f}%"
-        table.add_row(r["reward"], f"{r['lambda']:g}", f"{r['D0']:.4g}",
-                      str(r["peak_t"]), spill, sparkline(np.array(r["W"])),
-                      f"{max(r['W']) * len(summary.get('trained_steps') or r['W']):.3f}")
+        cells = [r["reward"], f"{r['lambda']:g}", f"{r['D0']:.4g}", str(r["peak_t"]), spill, sparkline(np.array(r["W"])),
+                 f"{max(r['W']) * len(summary.get('trained_steps') or r['W']):.3f}"]
+        table.add_row(*cells)
     return table
 
 

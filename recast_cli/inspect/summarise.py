@@ -24,6 +24,7 @@ from recast_cli.artifacts import (
     WeightMatrix,
 )
 from recast_cli.errors import BadInput
+from recast_cli.solve.conflict import conflicts_on_grid
 from recast_cli.solve.sinkhorn import spill_share
 from recast_cli.inspect.load import CheckpointFolder, ParquetArtifact, RunFolder
 from recast_cli.train.stall import DEFAULT_SMOOTHING, DEFAULT_WINDOW, StallRule, StallSpan, progress, recorded_stalls
@@ -330,6 +331,7 @@ def summarise_gains(t: GainTable) -> dict[str, Any]:
         if t.D_lo is not None and t.D_hi is not None:
             row["D0_interval"] = [float(t.D_lo[i, 0]), float(t.D_hi[i, 0])]
         rows.append(row)
+    corr = t.meta.get("advantage_corr")
     return {
         **_provenance_json(t.provenance),
         "kind": "gains",
@@ -337,6 +339,8 @@ def summarise_gains(t: GainTable) -> dict[str, Any]:
         "sigmas": t.sigmas.tolist(),
         "run": t.meta,
         "rewards": rows,
+        "draws": None if t.gain_draws is None else int(t.gain_draws.shape[0]),
+        "conflicts": None if corr is None else [c.to_json() for c in conflicts_on_grid(corr, t.sigmas, t.sigmas)],
     }
 
 
@@ -354,6 +358,7 @@ def summarise_weights(w: WeightMatrix) -> dict[str, Any]:
             "peak_t": int(w.gain[i].argmax() + 1),
             "spill_share": None if np.isnan(spill[i]) else float(spill[i]),
             "W": w.W[i].tolist(),
+            **({"W_band": [w.band[0][i].tolist(), w.band[1][i].tolist()]} if w.band is not None else {}),
         }
         for i, name in enumerate(w.rewards)
     ]

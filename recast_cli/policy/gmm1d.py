@@ -17,7 +17,7 @@ samples and CDFs, the posterior, D_α); ``DEFAULT_WORLD`` is the world above. :c
 :class:`GMM1DReward` and :func:`exact_gain_table` take any world, e.g. a setting's ``[world]`` table
 (docs/settings.md).
 
-Run ``python -m recast_cli.policy.gmm1d OUT.parquet`` to write the exact ``recast.gains/1``
+Run ``python -m recast_cli.policy.gmm1d OUT.parquet`` to write the exact ``recast.gains/2``
 table (coarse, mid, fine; α = 2; T = 25) shipped as the example in ``pipelines/examples/``.
 """
 
@@ -53,7 +53,7 @@ def world_meta(world: World1D) -> dict:
 
 def exact_gain_table(rewards: tuple[str, ...] = REWARDS, alpha: float = 2.0, steps: int = 25,
                      beta: float | None = None, advance=None, world: World1D = DEFAULT_WORLD) -> GainTable:
-    """The exact ``recast.gains/1`` table of an analytic world (E4, E5) on its grid σ_t = t/T (default:
+    """The exact ``recast.gains/2`` table of an analytic world (E4, E5) on its grid σ_t = t/T (default:
     gmm1d's), with the world's β unless ``beta`` is given.
 
     ``advance`` (optional) is called once per (reward, level) computed: a progress bar's hook.

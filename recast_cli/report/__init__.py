@@ -6,7 +6,7 @@ Inputs, any mix (docs/report.md):
   ReCAST, mean ± std over training seeds, win counts over matched (λ, seed) pairs), Table 4
   (aggregate per λ), Tables 7–10 (per λ, with a Pareto verdict) and the sample grids;
 * ``recast.run/1`` folders (``recast train``) → Fig. 1 from the run's W, training curves;
-* ``recast.gains/1`` tables of the base policy and of trained checkpoints → Table 6, Fig. 5;
+* ``recast.gains/2`` tables of the base policy and of trained checkpoints → Table 6, Fig. 5;
 * ``recast.judgements/1`` files (``recast judge``) → Table 3 (position-debiased win rates);
 * ``recast.curve/1`` tables (the 1-D world) → the two-timescale study's report instead (curves.py);
 * ``recast.cell/1`` tables (``recast study``) → the batched study's report (cells.py).

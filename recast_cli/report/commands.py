@@ -16,7 +16,7 @@ out = Console()
 
 def report_command(
     inputs: list[Path] = typer.Argument(..., help="Evaluation tables (recast.eval/1), run folders (recast.run/1), "
-                                                  "gain tables (recast.gains/1) and judgement files "
+                                                  "gain tables (recast.gains/2) and judgement files "
                                                   "(recast.judgements/1), in any mix."),
     out_dir: Path = typer.Option(..., "--out", help="Folder for report.md and the figures (PNG)."),
     prompts: int = typer.Option(4, "--prompts", help="Prompts per sample grid (0: no sample grids)."),
@@ -35,7 +35,7 @@ def report_command(
 
 def plot_command(
     out_path: Path = typer.Option(..., "--out", help="Output PNG."),
-    gains: Optional[Path] = typer.Option(None, "--gains", help="Gain table (recast.gains/1)."),
+    gains: Optional[Path] = typer.Option(None, "--gains", help="Gain table (recast.gains/2)."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="Weight matrix (recast.weights/1)."),
     d_curves: bool = typer.Option(False, "--d-curves", help="Plot the D curves with bootstrap bands instead."),
 ) -> None:

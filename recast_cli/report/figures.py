@@ -56,9 +56,12 @@ def _step_positions(steps: int) -> np.ndarray:
 
 
 def figure_gains_weights(rewards: Sequence[str], gain: np.ndarray, normalised_gain: np.ndarray, W: np.ndarray,
-                         title: str, w_label: str) -> matplotlib.figure.Figure:
-    """Three panels: ΔD_{i,t} (E5), ΔD̄_{i,t} (E10), and W (E12) as a reward x t/T heatmap."""
-    fig, axes = _pyplot().subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"width_ratios": [1, 1, 1.25]})
+                         title: str, w_label: str,
+                         band: tuple[np.ndarray, np.ndarray] | None = None) -> matplotlib.figure.Figure:
+    """Three panels: ΔD_{i,t} (E5), ΔD̄_{i,t} (E10), and W (E12) as a reward x t/T heatmap; with W's bootstrap
+    ``band`` (its 5 % and 95 % points per entry) a fourth: each reward's row T·W_i with its band, beside static's."""
+    panels, ratios = (4, [1, 1, 1.25, 1.1]) if band is not None else (3, [1, 1, 1.25])
+    fig, axes = _pyplot().subplots(1, panels, figsize=(5 * panels, 4.2), gridspec_kw={"width_ratios": ratios})
     x_gain = _step_positions(gain.shape[1])
     for i, name in enumerate(rewards):
         axes[0].plot(x_gain, gain[i], marker="o", ms=3, lw=1.4, label=name)
@@ -80,6 +83,18 @@ def figure_gains_weights(rewards: Sequence[str], gain: np.ndarray, normalised_ga
     axes[2].set_xlabel("t / T   (clean → noisy)")
     axes[2].set_title(w_label)
     fig.colorbar(image, ax=axes[2], label="T · W$_{i,t}$")
+    if band is not None:
+        x = _step_positions(steps)
+        trained = max(int((W.sum(axis=0) > 0).sum()), 1)
+        for i, name in enumerate(rewards):
+            line, = axes[3].plot(x, W[i] * steps, lw=1.4, label=name)
+            axes[3].fill_between(x, band[0][i] * steps, band[1][i] * steps, color=line.get_color(), alpha=0.2, lw=0)
+            axes[3].axhline(W[i].sum() * steps / trained, color=line.get_color(), lw=0.8, ls="--")  # static: λ̂_i/T'
+        axes[3].set_xlim(0, 1)
+        axes[3].set_xlabel("t / T   (clean → noisy)")
+        axes[3].set_title("T·W$_{i,t}$, 90% bootstrap band (dashed: static)")
+        axes[3].grid(alpha=0.3)
+        axes[3].legend(frameon=False, fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -118,7 +133,8 @@ def figure_from_artifacts(gains: GainTable | None = None, weights: WeightMatrix 
     else:
         W = solve_weights(gain, np.ones(len(rewards))).W
         w_label = "W (recast, uniform λ, τ = 1)"
-    return figure_gains_weights(rewards, gain, mean_normalised_gain(gain, low), W, title, w_label)
+    band = weights.band if weights is not None else None
+    return figure_gains_weights(rewards, gain, mean_normalised_gain(gain, low), W, title, w_label, band=band)
 
 
 def figure_d_curves(gains: GainTable, title: str = "cumulative discriminability") -> matplotlib.figure.Figure:

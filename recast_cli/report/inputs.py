@@ -24,6 +24,7 @@ from recast_cli.artifacts import (
     GainTable,
     WeightMatrix,
     artifact_schema,
+    current_tag,
     decode_metadata,
     read_curve,
     read_eval,
@@ -113,7 +114,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Gains:
-    """A ``recast.gains/1`` table; ``checkpoint`` names the trained policy it was estimated at (None: base)."""
+    """A ``recast.gains/2`` table; ``checkpoint`` names the trained policy it was estimated at (None: base)."""
 
     name: str
     path: Path
@@ -188,7 +189,7 @@ def load_inputs(paths: Sequence[str | Path]) -> Inputs:
 
 def input_kind(path: Path) -> str:
     """The schema tag of a report input; BadInput for anything the report does not read."""
-    readable = "recast report reads recast.eval/1, recast.gains/1 and recast.judgements/1 files and recast.run/1 folders"
+    readable = "recast report reads recast.eval/1, recast.gains/2 and recast.judgements/1 files and recast.run/1 folders"
     if path.is_dir():
         record = path / "run.json"
         tag = _json_file(record).get("schema") if record.is_file() else None
@@ -202,7 +203,7 @@ def input_kind(path: Path) -> str:
         metadata = pq.read_schema(path).metadata
     except (pa.ArrowException, OSError):
         raise BadInput(f"{path}: not a Parquet file; {readable}") from None
-    tag = decode_metadata(metadata, str(path)).get("schema")
+    tag = current_tag(decode_metadata(metadata, str(path)).get("schema"))
     if tag not in (EVAL_SCHEMA, GAINS_SCHEMA, JUDGEMENTS_SCHEMA):
         raise BadInput(f"{path}: an input of kind {tag or 'unknown'}; {readable}")
     return tag
@@ -436,7 +437,7 @@ def load_curve_inputs(paths: Sequence[str | Path]) -> CurveInputs:
             inputs.weights.append((p.name, read_weights(p)))
         else:
             raise BadInput(f"{p}: an input of kind {tag or 'unknown'}; the 1-D report reads recast.curve/1, "
-                           "recast.gains/1 and recast.weights/1 files and recast.run/1 folders")
+                           "recast.gains/2 and recast.weights/1 files and recast.run/1 folders")
     if not inputs.curves:
         raise BadInput("no recast.curve/1 table among the inputs")
     keys = [(c.mode, c.budget, c.seed, tuple(c.table.points)) for c in inputs.curves]

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from recast_cli.solve.conflict import compact_steps, conflict_message
 from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_KERNEL, DEFAULT_TAU, lambda_hat
 
 out = Console()
@@ -33,17 +34,32 @@ def solve_w_command(
                                                   "resolution; `recast check-setting` prints it)."),
     floor: float = typer.Option(DEFAULT_FLOOR, help="Rows whose total gain is below floor x the largest "
                                                     "are indiscriminable and become uniform (E10)."),
-    shrink: float = typer.Option(1.0, "--shrink", help="γ in (0, 1]: write (1 − γ)·static + γ·W (E12s: W pulled "
-                                                      "toward static; rows and columns still hold). 1: W as solved."),
+    shrink: str = typer.Option("1", "--shrink", help="γ in (0, 1]: write (1 − γ)·static + γ·W (E12s: W pulled "
+                                                    "toward static; rows and columns still hold). 1: W as solved. "
+                                                    "auto: each row pulled toward static by its bootstrap spread "
+                                                    "(E12u, docs/trust.md)."),
+    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", help="Solve W again on the first B bootstrap draws of "
+                                                                      "the gains and record each row's spread and "
+                                                                      "verdict (default: every draw the table holds; "
+                                                                      "0: none)."),
+    conflicts: str = typer.Option("keep", "--conflicts", help="keep | static: give the steps where two rewards' "
+                                                              "advantages anti-correlate (E14) static weights (E12c, "
+                                                              "docs/trust.md)."),
+    conflicts_from: Optional[Path] = typer.Option(None, "--conflicts-from",
+                                                  help="Read the conflicts (E14) from this gain table of the same "
+                                                       "rewards (e.g. a --sampling pold estimate, whose rollouts pair "
+                                                       "them) instead of --gains."),
     skip_clean: int = typer.Option(0, "--skip-clean", help="The K cleanest steps t = 1…K are not trained: W = 0 "
                                                            "there, the solve runs over the other T − K steps."),
 ) -> None:
     """Turn a gain table into the reward x step weight matrix W (E9-E12)."""
-    from recast_cli.solve.stage import solve_w
+    from recast_cli.solve.stage import parse_shrink, solve_w
 
+    gamma = parse_shrink(shrink)
     with err.status("solving W (Sinkhorn)", spinner="dots"):  # on stderr; a long solve (small τ) shows it works
         report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, mu=mu,
-                         floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=shrink)
+                         floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=gamma, bootstrap=bootstrap,
+                         conflicts=conflicts, conflicts_from=conflicts_from)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     w = report.weights
@@ -53,7 +69,9 @@ def solve_w_command(
     if info["resampled"]:
         out.print(f"gains resampled from T = {info['source_T']} to T = {w.T} through D(σ) (E9)")
     trained = f", trained steps {w.skip_clean + 1}…{w.T}" if w.skip_clean else ""
-    kind = ("" if kernel == DEFAULT_KERNEL else f", {kernel} kernel") + ("" if shrink == 1.0 else f", shrunk γ = {shrink:g}")
+    variant = info.get("variant") or {}
+    kind = (("" if kernel == DEFAULT_KERNEL else f", {kernel} kernel") + ("" if gamma in (1.0, "auto") else
+            f", shrunk γ = {gamma:g}") + (f", {variant['name']} ({variant['tag']})" if variant else ""))
     table = Table(title=f"W ({mode}{kind}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
     for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
         table.add_column(name, justify="left" if name == "reward" else "right")
@@ -65,7 +83,48 @@ def solve_w_command(
     out.print(table)
     out.print("spill: the share of a reward's weight on steps where its gain is below 1% of its peak; the "
               "terms and tags: docs/method.md", highlight=False)
+    for line in trust_lines(info, w.rewards):
+        out.print(line, highlight=False)
+    for item in info.get("settled_by_timing", []):
+        err.print(f"[yellow]warning:[/yellow] {conflict_message(item['pair'], item['steps'], 'E14, the estimate')}",
+                  highlight=False)
     out.print(f"wrote {out_path}")
+
+
+def trust_lines(info: dict, rewards: tuple[str, ...]) -> list[str]:
+    """The lines that say how far W can be trusted: each row's bootstrap spread and verdict, the budget that
+    would resolve it, the conflicts found and the variant written (docs/trust.md)."""
+    lines = []
+    boot = info.get("bootstrap")
+    if boot:
+        lines.append(f"bootstrap: W solved again on {boot['draws']} draws of the gains; per reward, TV of its row to "
+                     f"W's (median [90%]) and to static ([90%]):")
+        for name in rewards:
+            row = boot["rows"][name]
+            lo, mid, hi = row["tv_point"]
+            s_lo, s_hi = row["tv_static_range"]
+            need = row.get("samples_to_resolve")
+            extra = (f"; about N = {need:,.0f} samples per prompt would resolve it"
+                     if need is not None and row["verdict"] != "timing resolved" else "")
+            lines.append(f"  {name}: spread {mid:.3f} [{lo:.3f}, {hi:.3f}], to static {row['tv_static']:.3f} "
+                         f"[{s_lo:.3f}, {s_hi:.3f}]: {row['verdict']}{extra}")
+        budget = boot.get("samples_for_tv")
+        if budget:
+            parts = ", ".join(f"≤ {t} needs N ≈ {n:,.0f}" for t, n in budget.items() if n is not None)
+            if parts:
+                lines.append(f"budget: now N = {boot['samples']} samples per prompt (P = {boot['P']}, K = {boot['K']}); "
+                             f"a median row spread {parts} (the spread shrinks as 1/√N)")
+    variant = info.get("variant")
+    if variant and variant.get("gamma"):
+        lines.append("E12u: share of each row's timing kept: " +
+                     ", ".join(f"{r} γ = {g:.2f}" for r, g in variant["gamma"].items()))
+    if variant and "static_steps" in variant:
+        steps = variant["static_steps"]
+        lines.append(f"E12c: static weights on the steps in conflict: {compact_steps(steps) if steps else 'none'}")
+    for c in info.get("conflicts", []):
+        lines.append(f"conflict (E14): {c['pair'][0]} and {c['pair'][1]} at steps {compact_steps(c['steps'])} "
+                     f"(lowest advantage correlation {c['rho_min']:+.2f})")
+    return lines
 
 
 def register(app: typer.Typer) -> None:

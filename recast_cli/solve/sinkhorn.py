@@ -167,6 +167,74 @@ def shrunk_weights(W: np.ndarray, lam: np.ndarray, shrink: float) -> np.ndarray:
     return (1.0 - shrink) * static_weights(lam, W.shape[1]) + shrink * W
 
 
+def row_shares(W: np.ndarray) -> np.ndarray:
+    """Each row of W as a distribution over its steps (the row over its sum; a zero row stays zero)."""
+    W = np.asarray(W, dtype=np.float64)
+    sums = W.sum(axis=-1, keepdims=True)
+    return np.divide(W, sums, out=np.zeros_like(W), where=sums > 0)
+
+
+def row_tv(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Per row, the total-variation distance between the rows of A and B as distributions over the steps:
+    ½·Σ_t |A_{i,t}/Σ_s A_{i,s} − B_{i,t}/Σ_s B_{i,s}|, in [0, 1] (leading axes broadcast)."""
+    return 0.5 * np.abs(row_shares(A) - row_shares(B)).sum(axis=-1)
+
+
+def uncertainty_shrinkage(W: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """E12u's γ_i (ours): the positive-part James–Stein share of reward i's timing that its bootstrap keeps.
+
+    With p̂_i = W_i/λ̂_i (row i as a distribution over the T' trained steps), u = 1/T' (static), the
+    draws' rows p_i^b and v_i = mean_b ‖p_i^b − p̂_i‖² (the bootstrap's mean squared error of the row),
+    γ_i = max(0, 1 − v_i / ‖p̂_i − u‖²). It is the oracle share ‖p − u‖²/(‖p − u‖² + v) that minimises
+    E‖u + γ(p̂ − u) − p‖² for p̂ = p + noise of total variance v, with ‖p − u‖² estimated without bias by
+    ‖p̂ − u‖² − v (docs/method.md, E12u). ``W`` [m, T'], ``draws`` [B, m, T'] (trained columns only).
+    """
+    shares = row_shares(W)
+    static = np.full_like(shares, 1.0 / shares.shape[1])
+    spread = ((row_shares(draws) - shares[None]) ** 2).sum(axis=-1).mean(axis=0)
+    distance = ((shares - static) ** 2).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = np.where(distance > 0, 1.0 - spread / distance, 0.0)
+    return np.clip(gamma, 0.0, 1.0)
+
+
+def uncertainty_shrunk_weights(W: np.ndarray, lam: np.ndarray, gamma: np.ndarray, tol: float = DEFAULT_TOL) -> SinkhornResult:
+    """E12u (ours): each row of W pulled toward static by its own share, then balanced back to E12's marginals.
+
+    M_i = (1 − γ_i)·λ̂_i/T' + γ_i·W_i keeps every row sum λ̂_i; with unequal γ_i the columns drift from
+    1/T', so M is balanced by Sinkhorn (E12 with log K = log M): the result is the matrix with E12's
+    marginals closest to M in KL. With every γ_i equal, M is already balanced (E12s) and comes back as is.
+    """
+    lam_hat = lambda_hat(lam)
+    steps = W.shape[1]
+    gamma = np.asarray(gamma, dtype=np.float64)[:, None]
+    mixed = (1.0 - gamma) * lam_hat[:, None] / steps + gamma * W
+    return sinkhorn_log(np.log(np.maximum(mixed, np.finfo(np.float64).tiny)), lam_hat, np.full(steps, 1.0 / steps),
+                        tol=tol)
+
+
+def conflict_static_weights(log_kernel: np.ndarray, lam: np.ndarray, conflict: np.ndarray,
+                            tol: float = DEFAULT_TOL) -> SinkhornResult:
+    """E12c (ours): the columns where two rewards conflict (E14) keep static weights, the others follow E12.
+
+    ``conflict`` [T'] marks the trained columns C with a detected conflict. W_{i,t} = λ̂_i/T' on C; the
+    other columns are E12 on their own kernel with rows λ̂_i·(1 − |C|/T') and columns 1/T', so W keeps
+    E12's marginals exactly. No column in conflict: E12 itself; every column: static.
+    """
+    lam_hat = lambda_hat(lam)
+    m, steps = log_kernel.shape
+    conflict = np.asarray(conflict, dtype=bool)
+    W = np.zeros((m, steps))
+    W[:, conflict] = lam_hat[:, None] / steps
+    free = ~conflict
+    if not free.any():
+        return SinkhornResult(W=W, iterations=0, error=marginal_error(W, lam_hat, np.full(steps, 1.0 / steps)))
+    share = free.sum() / steps
+    result = sinkhorn_log(log_kernel[:, free], lam_hat * share, np.full(int(free.sum()), 1.0 / steps), tol=tol)
+    W[:, free] = result.W
+    return SinkhornResult(W=W, iterations=result.iterations, error=marginal_error(W, lam_hat, np.full(steps, 1.0 / steps)))
+
+
 def reversed_weights(W: np.ndarray) -> np.ndarray:
     """The timing control: ReCAST's W with its (trained) columns in reverse step order.
 

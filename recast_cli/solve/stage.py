@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,8 +21,11 @@ from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.grid import GRID_KINDS, GridSpec
-from recast_cli.solve.sinkhorn import (DEFAULT_FLOOR, SinkhornError, SinkhornResult, resample_gains, solve_weights,
-                                       spill_share)
+from recast_cli.solve.conflict import conflicts_on_grid, settled_by_timing
+from recast_cli.solve.sinkhorn import (DEFAULT_FLOOR, SinkhornError, SinkhornResult, conflict_static_weights,
+                                       lambda_hat, log_affinity, marginal_error, resample_gains, solve_weights, spill_share,
+                                       uncertainty_shrinkage, uncertainty_shrunk_weights)
+from recast_cli.solve.uncertainty import bootstrap_weights, quantile_band, row_uncertainty, samples_for_spread
 
 #: The largest ratio between two budgets: beyond it λ̂ of the smallest is lost to rounding.
 MAX_LAMBDA_RATIO = 1e12
@@ -75,58 +79,187 @@ class SolveReport:
 
 
 def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike[str], *, mode: str = "recast",
-            tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None,
-            shift: float | None = None, floor: float = DEFAULT_FLOOR, skip_clean: int = 0,
-            mu: float | None = None, kernel: str = DEFAULT_KERNEL, shrink: float = 1.0) -> SolveReport:
+            tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None, shift: float | None = None,
+            floor: float = DEFAULT_FLOOR, skip_clean: int = 0,
+            mu: float | None = None, kernel: str = DEFAULT_KERNEL, shrink: float | str = 1.0,
+            bootstrap: int | None = None, conflicts: str = "keep",
+            conflicts_from: str | os.PathLike[str] | None = None) -> SolveReport:
     """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input).
 
     ``skip_clean`` = K leaves the K cleanest steps untrained: they get W = 0 and the solve runs
     over the other T' = T − K columns (rows λ̂, trained columns 1/T'), as the trainer needs.
-    ``shrink`` = γ < 1 writes (1 − γ)·static + γ·W (E12s), recorded as ``info.shrink``.
+    ``shrink`` = γ < 1 writes (1 − γ)·static + γ·W (E12s), recorded as ``info.shrink``; ``"auto"`` pulls
+    each row toward static by its own bootstrap spread (E12u). ``bootstrap`` = B solves W again on the first
+    B of the table's bootstrap draws (None: all of them, when the table has any; 0: none) and records each
+    row's spread and verdict (``info.bootstrap``). ``conflicts`` = ``static`` keeps static weights on the
+    steps where two rewards conflict (E12c, E14); the conflicts found are recorded either way. They are read
+    from the gain table, or from ``conflicts_from``: another table of the same rewards whose rollouts pair them
+    (e.g. a π^old-sampling estimate, where the π⁺ one used a positive set per reward).
     """
     _check_options(mode=mode, kernel=kernel, tau=tau, steps=steps, skip_clean=skip_clean, floor=floor, grid=grid,
-                   shift=shift, mu=mu, shrink=shrink)
-    out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains])
+                   shift=shift, mu=mu, shrink=shrink, bootstrap=bootstrap, conflicts=conflicts)
+    out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains] + ([conflicts_from] if conflicts_from else []))
     table = read_gains(gains)
     lam = _budgets(lam_text, table.rewards)
     spec = None
     if steps is None and grid is None and shift is None and mu is None:
-        sigmas, gain = table.sigmas, table.gain
+        sigmas = table.sigmas
     else:
         spec = _target_grid(table.meta.get("grid"), grid, shift, gains, mu)
         sigmas = spec.sigmas(steps if steps is not None else table.T)
-        gain = table.gain if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, table.gain, sigmas)
+
+    def on_grid(values: np.ndarray) -> np.ndarray:
+        return values if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, values, sigmas)
+
+    gain = on_grid(table.gain)
     T = len(sigmas) - 1
     if skip_clean >= T:
         raise BadInput(f"--skip-clean {skip_clean} leaves no trained step on a T = {T} grid (use 0 … {T - 1})")
+    draws = _draws(table, bootstrap, gains, mode=mode, shrink=shrink)
+    pairing, pairing_path = (table, gains) if conflicts_from is None else (read_gains(conflicts_from), conflicts_from)
+    if set(pairing.rewards) != set(table.rewards):
+        raise BadInput(f"--conflicts-from {pairing_path}: its rewards ({', '.join(pairing.rewards)}) are not the gain "
+                       f"table's ({', '.join(table.rewards)})")
+    corr = pairing.meta.get("advantage_corr")
+    found = conflicts_on_grid(corr, pairing.sigmas, sigmas)
+    if conflicts == "static" and corr is None:
+        raise BadInput(f"--conflicts static: {pairing_path} records no advantage correlations (E14): it is exact, "
+                       "a recast.gains/1 table, estimated with K = 1, or its rewards were scored on rollouts of their "
+                       "own (a π⁺ positive set per reward); give a π^old-sampling estimate with --conflicts-from "
+                       "(recast estimate --sampling pold)")
     noise = None
     if table.D_lo is not None and table.D_hi is not None:
         noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
+    gamma = shrink if isinstance(shrink, float) else 1.0
     solution = _solve(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean, kernel=kernel,
-                      shrink=shrink)
+                      shrink=gamma)
+    trained = slice(skip_clean, T)
+    info_extra: dict[str, Any] = {}
+    band = None
+    if draws is not None:
+        def one(draw: np.ndarray) -> np.ndarray:
+            return _solve(on_grid(draw), lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean,
+                          kernel=kernel, shrink=gamma).W
+
+        draws_W = bootstrap_weights(draws, one)
+        rows = row_uncertainty(solution.W[:, trained], draws_W[:, :, trained], lam, _samples(table))
+        info_extra["bootstrap"] = _bootstrap_info(table, rows, len(draws))
+        band = quantile_band(draws_W)
+    W = solution.W
+    if shrink == "auto":
+        g = uncertainty_shrinkage(W[:, trained], draws_W[:, :, trained])
+        W = _balanced(W, uncertainty_shrunk_weights(W[:, trained], lam, g), trained)
+        info_extra["variant"] = {"name": "uncertainty-shrunk", "tag": "E12u",
+                                 "gamma": {r: float(x) for r, x in zip(table.rewards, g)}}
+    if conflicts == "static":
+        columns = np.zeros(T - skip_clean, dtype=bool)
+        for c in found:
+            columns[[t - 1 - skip_clean for t in c.steps if t > skip_clean]] = True
+        log_k = log_affinity(solution.normalised_gain[:, trained], tau, kernel)
+        W = _balanced(W, _guard(lambda: conflict_static_weights(log_k, lam, columns), tau, kernel), trained)
+        info_extra["variant"] = {"name": "conflict-aware", "tag": "E12c",
+                                 "static_steps": [int(t) + 1 + skip_clean for t in np.nonzero(columns)[0]]}
     warnings = _indiscriminable(table.rewards, solution, gain[:, skip_clean:].sum(axis=1), floor=floor,
                                 with_noise=noise is not None)
+    info_extra["conflicts"] = [c.to_json() for c in found]
+    info_extra["settled_by_timing"] = settled_by_timing(W, table.rewards, found)
     weights = WeightMatrix(
-        W=solution.W,
+        W=W,
         gain=gain,
         rewards=table.rewards,
         lam=tuple(float(x) for x in lam),
         mode=mode,
         tau=tau,
         sigmas=sigmas[::-1].copy(),
-        info=_solve_info(solution, table, gain, floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=shrink),
-        trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel,
+        info={**_solve_info(solution, table, gain, floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=gamma,
+                            W=W, error=None if W is solution.W else marginal_error(
+                                W[:, trained], lambda_hat(lam), np.full(T - skip_clean, 1.0 / (T - skip_clean)))),
+              **info_extra},
+        trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel, band=band,
     )
     config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
               "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
     if shrink != 1.0:  # recorded only when used: a W solved without it is the same file as before
         config["shrink"] = shrink
-    provenance = write_weights(out_path, weights, config=config, sources=[Source.of(gains)])
+    if draws is not None:
+        config["bootstrap"] = len(draws)
+    if conflicts != "keep":
+        config["conflicts"] = conflicts
+    sources = [Source.of(gains)]
+    if conflicts_from is not None:
+        config["conflicts_from"] = str(conflicts_from)
+        sources.append(Source.of(conflicts_from))
+    provenance = write_weights(out_path, weights, config=config, sources=sources)
     return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
 
 
+def _draws(table: GainTable, bootstrap: int | None, where: object, *, mode: str,
+           shrink: float | str) -> np.ndarray | None:
+    """The bootstrap draws W is solved again on: the first ``bootstrap`` of the table's (None: all; 0: none).
+    None for a static W (no draw moves it) unless asked for by number; BadInput when asked for and absent."""
+    needed = shrink == "auto"
+    if bootstrap == 0:
+        if needed:
+            raise BadInput("--shrink auto pulls each row toward static by its bootstrap spread: it needs "
+                           "--bootstrap above 0")
+        return None
+    if table.gain_draws is None:
+        if bootstrap is None and not needed:
+            return None
+        what = "--shrink auto" if needed else f"--bootstrap {bootstrap}"
+        raise BadInput(f"{what}: {where} records no bootstrap draws (an exact table, a recast.gains/1 table, or "
+                       "estimated with --bootstrap 0 or one prompt); re-estimate, or rewrite it from its scores: "
+                       "recast estimate --from-scores SCORES --out GAINS")
+    if mode == "static" and bootstrap is None:
+        return None
+    available = table.gain_draws.shape[0]
+    if bootstrap is not None and bootstrap > available:
+        raise BadInput(f"--bootstrap {bootstrap}: {where} holds {available} draws; use at most {available}")
+    return table.gain_draws[: bootstrap or available]
+
+
+def _samples(table: GainTable) -> int | None:
+    """N, the positives per prompt of a sampled estimate (None: an exact table, no budget line)."""
+    n = table.meta.get("N")
+    return int(n) if table.meta.get("sampling") != "exact" and type(n) is int and n > 0 else None
+
+
+def _bootstrap_info(table: GainTable, rows: list, draws: int) -> dict[str, Any]:
+    """``info.bootstrap``: the draws, each reward's spread and verdict, and the samples per prompt that the
+    widest row would need for a median TV of 0.1 and of 0.05 (docs/trust.md)."""
+    samples = _samples(table)
+    budget = None
+    if samples is not None:
+        budget = {str(target): samples_for_spread(rows, samples, target) for target in TV_TARGETS}
+    return {"draws": draws, "samples": samples, "P": table.meta.get("P"), "K": table.meta.get("K"),
+            "rows": {r: row.to_json() for r, row in zip(table.rewards, rows)}, "samples_for_tv": budget}
+
+
+#: the median row TVs the budget line states the samples per prompt for
+TV_TARGETS = (0.1, 0.05)
+
+
+def _balanced(W: np.ndarray, result: SinkhornResult, trained: slice) -> np.ndarray:
+    """W with its trained columns replaced by a variant's (the untrained ones stay 0)."""
+    out = np.zeros_like(W)
+    out[:, trained] = result.W
+    return out
+
+
+def _guard(solve: Callable[[], SinkhornResult], tau: float, kernel: str) -> SinkhornResult:
+    """A variant's Sinkhorn with its numeric failures as one line, like ``_solve``."""
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            return solve()
+    except (SinkhornError, FloatingPointError):
+        form = "exp(ΔD̄/τ)" if kernel == "exp" else "ΔD̄^(1/τ)"
+        raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel {form} is degenerate and "
+                       f"Sinkhorn cannot balance it; use a larger --tau (default {DEFAULT_TAU:g})") from None
+
+
 def _check_options(*, mode: str, kernel: str, tau: float, steps: int | None, skip_clean: int, floor: float,
-                   grid: str | None, shift: float | None, mu: float | None, shrink: float = 1.0) -> None:
+                   grid: str | None, shift: float | None, mu: float | None, shrink: float | str = 1.0,
+                   bootstrap: int | None = None, conflicts: str = "keep") -> None:
     """BadInput for a solve-w option out of its range, before any file is claimed or read."""
     if mode not in MODES:
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -143,8 +276,31 @@ def _check_options(*, mode: str, kernel: str, tau: float, steps: int | None, ski
         raise BadInput(f"--shift must be a positive number, got {shift!r}")
     if mu is not None and not math.isfinite(mu):
         raise BadInput(f"--mu must be a finite number, got {mu!r}")
-    if not (math.isfinite(shrink) and 0 < shrink <= 1):
-        raise BadInput(f"--shrink must lie in (0, 1] (1: W as solved), got {shrink!r}")
+    if shrink != "auto" and not (isinstance(shrink, float) and math.isfinite(shrink) and 0 < shrink <= 1):
+        raise BadInput(f"--shrink must lie in (0, 1] (1: W as solved) or be auto (E12u), got {shown(shrink)}")
+    if bootstrap is not None:
+        bounds.check("bootstrap", bootstrap, "--bootstrap")
+    if conflicts not in CONFLICT_CHOICES:
+        raise BadInput(f"--conflicts must be one of {', '.join(CONFLICT_CHOICES)}, got {shown(conflicts)}")
+    if (shrink == "auto" or conflicts == "static") and mode != "recast":
+        variant = "--shrink auto" if shrink == "auto" else "--conflicts static"
+        raise BadInput(f"{variant} is a variant of ReCAST's W: it needs --mode recast, not {mode}")
+    if shrink == "auto" and conflicts == "static":
+        raise BadInput("--shrink auto and --conflicts static are two variants of W; choose one")
+
+
+#: what ``--conflicts`` may say: keep W as solved on conflicting steps, or give them static weights (E12c)
+CONFLICT_CHOICES = ("keep", "static")
+
+
+def parse_shrink(text: str) -> float | str:
+    """``--shrink``: a share γ as a number, or ``auto`` (E12u); BadInput for anything else."""
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise BadInput(f"--shrink must be a number in (0, 1] or auto, got {shown(text)}") from None
 
 
 def _budgets(lam_text: str, rewards: tuple[str, ...]) -> np.ndarray:
@@ -183,13 +339,16 @@ def _indiscriminable(rewards: tuple[str, ...], solution: SinkhornResult, totals:
 
 
 def _solve_info(solution: SinkhornResult, table: GainTable, gain: np.ndarray, *, floor: float, skip_clean: int,
-                kernel: str, shrink: float = 1.0) -> dict[str, Any]:
+                kernel: str, shrink: float = 1.0, W: np.ndarray | None = None,
+                error: float | None = None) -> dict[str, Any]:
     """What W's ``info`` records of the solve: Sinkhorn's iterations and error, the indiscriminable rewards,
-    each reward's spill share on the trained steps (docs/method.md §5), and whether the gains were resampled."""
-    spill = spill_share(solution.W[:, skip_clean:], gain[:, skip_clean:])
+    each reward's spill share on the trained steps (docs/method.md §5) of the W written (``W``: a variant's),
+    and whether the gains were resampled."""
+    W = solution.W if W is None else W
+    spill = spill_share(W[:, skip_clean:], gain[:, skip_clean:])
     return {
         "iterations": solution.iterations,
-        "marginal_error": solution.error,
+        "marginal_error": solution.error if error is None else error,
         "floor": floor,
         "indiscriminable": [r for r, low in zip(table.rewards, solution.indiscriminable) if low],
         "spill_share": {r: (None if math.isnan(s) else float(s)) for r, s in zip(table.rewards, spill)},

@@ -177,8 +177,18 @@ def solve_rule(W: str, gains: str, lam: str, arm: ArmSpec, *, R: str, tau: float
     skipped)."""
     return [f"{W}: {gains} {stamp_files(R, 'solve')}",
             f"\t$(RECAST) solve-w --gains {gains} --lambda {lam} --mode {arm.mode} --kernel {arm.kernel} "
-            f"--tau {tau:g} --steps {steps} --skip-clean {skip}{'' if arm.shrink == 1 else f' --shrink {arm.shrink:g}'} --out $@",
+            f"--tau {tau:g} --steps {steps} --skip-clean {skip}{variant_flags(arm)} --out $@",
             ""]
+
+
+def variant_flags(arm: ArmSpec) -> str:
+    """The solve-w flags of an arm's share or variant: ``--shrink γ`` (E12s), ``--shrink auto`` (E12u),
+    ``--conflicts static`` (E12c, the conflicts read from the estimate's own table)."""
+    if arm.variant == "shrinkauto":
+        return " --shrink auto"
+    if arm.variant == "conflict":
+        return " --conflicts static"
+    return "" if arm.shrink == 1 else f" --shrink {arm.shrink:g}"
 
 
 def train_rule(run: str, W: str, *, R: str, S: str, seed: int, lam: str, warm_dep: str = "",

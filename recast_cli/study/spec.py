@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 STUDY_MODES = ("static", *(m for m in MODES if m != "static"))
 SAMPLINGS = ("pplus", "pold")
 STUDY_GAINS = ("estimate", "exact")
+#: the variants of W an arm may name as its fourth part: E12u (``solve-w --shrink auto``), E12c (``--conflicts static``)
+VARIANTS = ("shrinkauto", "conflict")
 PLAIN_SOURCES = ("renderer", "openai", "gemini", "self")
 PATH_SOURCES = ("folder", "diffusers")
 
@@ -35,28 +37,36 @@ DIGITS = r"[0-9]{1,4300}"
 class ArmSpec:
     """One arm of ``recast study``: the solve-w mode and kernel, what W is solved from (the exact
     gains of the analytic world, or the sampled estimate at the base policy), and the share γ of the
-    solved W kept against static (``solve-w --shrink``, E12s; 1: W as solved). ``label`` names it."""
+    solved W kept against static (``solve-w --shrink``, E12s; 1: W as solved), or a variant of W
+    (``shrinkauto``: E12u, ``solve-w --shrink auto``; ``conflict``: E12c, ``solve-w --conflicts static``).
+    ``label`` names it."""
 
     mode: str
     kernel: str
     gains: str
     label: str
     shrink: float = 1.0
+    variant: str = ""
 
     @classmethod
     def parse(cls, text: str) -> ArmSpec:
-        """``MODE[:KERNEL[:GAINS[:shrinkγ]]]`` → the arm, labelled by its parts joined with '-'
-        (``recast:power`` → ``recast-power``; ``recast:power:estimate:shrink0.5`` →
+        """``MODE[:KERNEL[:GAINS[:shrinkγ|shrinkauto|conflict]]]`` → the arm, labelled by its parts joined with
+        '-' (``recast:power`` → ``recast-power``; ``recast:power:estimate:shrink0.5`` →
         ``recast-power-estimate-shrink0.5``); BadInput for an unknown part."""
         parts = text.split(":") if isinstance(text, str) else []
         if not 1 <= len(parts) <= 4 or parts[0] not in STUDY_MODES:
-            raise BadInput(f"arm {shown(text)}: expected MODE[:KERNEL[:GAINS[:shrinkγ]]] with MODE one of "
-                           f"{', '.join(STUDY_MODES)}")
+            raise BadInput(f"arm {shown(text)}: expected MODE[:KERNEL[:GAINS[:shrinkγ|shrinkauto|conflict]]] with "
+                           f"MODE one of {', '.join(STUDY_MODES)}")
         kernel = parts[1] if len(parts) > 1 else DEFAULT_KERNEL
         gains = parts[2] if len(parts) > 2 else "exact"
         if kernel not in KERNELS or gains not in STUDY_GAINS:
             raise BadInput(f"arm {text!r}: the kernel must be one of {', '.join(KERNELS)} and the gains one of "
                            f"{', '.join(STUDY_GAINS)}")
+        if len(parts) > 3 and parts[3] in VARIANTS:
+            if parts[0] != "recast" or gains != "estimate":
+                raise BadInput(f"arm {shown(text)}: the variant {parts[3]} is of ReCAST's W from the sampled estimate "
+                               "(its bootstrap, its conflicts): recast:KERNEL:estimate:" + parts[3])
+            return cls(parts[0], kernel, gains, "-".join(parts), 1.0, parts[3])
         shrink = _shrink(parts[3], text) if len(parts) > 3 else 1.0
         return cls(parts[0], kernel, gains, "-".join(parts), shrink)
 
@@ -265,7 +275,8 @@ def _shrink(part: str, text: str) -> float:
     except ValueError:
         gamma = math.nan
     if not 0 < gamma < 1:
-        raise BadInput(f"arm {shown(text)}: the fourth part must be shrinkγ with γ in (0, 1), e.g. shrink0.5")
+        raise BadInput(f"arm {shown(text)}: the fourth part must be shrinkγ with γ in (0, 1), e.g. shrink0.5, or a "
+                       f"variant: {', '.join(VARIANTS)}")
     return gamma
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from recast_cli.artifacts.metrics import METRICS_SCHEMA, STEP_COLUMNS, TIMING_COLUMNS, read_metrics, write_metrics
 from recast_cli.train.loggers import RunLoggers
 from recast_cli.train.panels import grid_picks, is_image_batch, sample_grid, weights_heatmap
+from recast_cli.train.conflict import ConflictWatch, advantage_correlation
 from recast_cli.train.stall import StallStep, StallWatch, group_spread, onset_message
 
 __all__ = ["METRICS_SCHEMA", "STEP_COLUMNS", "TIMING_COLUMNS", "MetricsLog", "logged_scalars", "read_metrics",
@@ -26,12 +27,13 @@ class MetricsLog:
     loggers (none by default) and the stall detector's watch (none: ``stall`` is null in the rows)."""
 
     def __init__(self, run: Path, config: dict[str, Any], loggers: RunLoggers | None = None,
-                 stall: StallWatch | None = None):
+                 stall: StallWatch | None = None, conflict: ConflictWatch | None = None):
         self.path = run / "metrics.parquet"
         self.config = config
         self.rows: list[dict[str, Any]] = []
         self.loggers = loggers if loggers is not None else RunLoggers()
         self.stall = stall
+        self.conflict = conflict
 
     def resume(self, upto_step: int) -> None:
         """Keep the rows of steps ≤ ``upto_step`` (the checkpoint a resumed run starts from); the stall watch
@@ -44,6 +46,11 @@ class MetricsLog:
                 by_step.setdefault(row["step"], {})[row["reward"]] = row
             for step in sorted(by_step):
                 self._watch(by_step[step])
+        if self.conflict is not None:  # replayed so that a pair that warned before the restart stays quiet
+            self.conflict.start()
+            for row in self.rows:
+                if row["reward"] == self.conflict.rewards[0] and row.get("adv_corr") is not None:
+                    self.conflict.update(self._corr({r["reward"]: r for r in self.rows if r["step"] == row["step"]}))
 
     def add(self, step: int, per_reward: dict[str, dict[str, Any]], scalars: dict[str, Any],
             step_adv_abs: list[float]) -> list[str]:
@@ -54,12 +61,23 @@ class MetricsLog:
             result = self._watch(per_reward)
             flags = dict(zip(self.stall.rewards, (bool(f) for f in result.flags)))
             warnings = [onset_message(self.stall, step, result, i) for i in map(int, result.onsets.nonzero()[0])]
+        conflict = {}
+        if self.conflict is not None:
+            corr = self._corr(per_reward)
+            warnings += self.conflict.update(corr)
+            conflict = self.conflict.scalars(corr)
         for reward, values in per_reward.items():
             self.rows.append({"step": step, "reward": reward, **values, "stall": flags.get(reward), **scalars,
                               "step_adv_abs": step_adv_abs})
         if self.loggers:
-            self.loggers.scalars(step, logged_scalars(per_reward, scalars, flags))
+            self.loggers.scalars(step, {**logged_scalars(per_reward, scalars, flags), **conflict})
         return warnings
+
+    def _corr(self, per_reward: Mapping[str, Mapping[str, Any]]) -> np.ndarray:
+        """The advantage correlations [m, m] of one step's rows (``adv_corr``, in the watch's reward order)."""
+        names = self.conflict.rewards
+        return np.array([[np.nan if v is None else float(v) for v in (per_reward[r].get("adv_corr") or
+                                                                      [None] * len(names))] for r in names])
 
     def _watch(self, per_reward: Mapping[str, Mapping[str, Any]]) -> StallStep:
         """Feed the stall watch one step: each reward's mean and within-group std (NaN where not recorded)."""
@@ -131,7 +149,8 @@ def step_metrics(cfg, W, lam, trained: int, all_rewards, adv, stats: dict[str, f
 
     ``adv_abs`` of reward i at step t is the mean |T'·W_{i,t}·A_i| (its share of E13's A_t);
     ``step_adv_abs`` the mean |A_t| after clipping; ``aggregate`` Σ_i λ_i·mean r_i;
-    ``reward_group_std`` the within-group std pooled over the groups (the stall detector's scale).
+    ``reward_group_std`` the within-group std pooled over the groups (the stall detector's scale);
+    ``adv_corr`` each reward's advantage correlation with every reward of the run (``train/conflict``).
     """
     from recast_cli.train.objective import step_advantages
 
@@ -143,6 +162,9 @@ def step_metrics(cfg, W, lam, trained: int, all_rewards, adv, stats: dict[str, f
                          "reward_group_std": float(spreads[i]),
                          "adv_abs": (adv[:, i].abs()[:, None] * Tw[i][None, :]).mean(dim=0).tolist()}
                   for i, name in enumerate(cfg.rewards)}
+    corr = advantage_correlation(adv.numpy())
+    for i, name in enumerate(cfg.rewards):
+        per_reward[name]["adv_corr"] = [None if np.isnan(v) else float(v) for v in corr[i]]
     full_t = step_advantages(adv, W, clip=cfg.adv_clip, trained=trained)
     scalars = {"aggregate": float(np.dot(lam, means)), **stats, "lr": lr,
                "images": int(len(all_rewards)), "sample_s": sample_s, "update_s": update_s}

@@ -46,6 +46,7 @@ from recast_cli.train.params import Parameters
 from recast_cli.train.plan import Plan, check_fsdp
 from recast_cli.train.runfolder import RunFolder
 from recast_cli.train.sharding import clip_grad_norm, local_part, requested_fsdp, shard
+from recast_cli.train.conflict import ConflictWatch
 from recast_cli.train.stall import StallWatch
 
 
@@ -166,8 +167,11 @@ class Trainer:
                 loggers = start_loggers(self.cfg.logger, self.run, self.cfg.wandb_project,
                                         self.folder.config_record()) if self.use_loggers else None
                 rule = self.cfg.stall_rule()
+                conflict = (ConflictWatch(self.cfg.rewards, self.W.numpy(), self.trained_steps, self.plan.weights.info)
+                            if len(self.cfg.rewards) > 1 else None)
                 self.metrics = MetricsLog(self.run, self.folder.config_record(), loggers,
-                                          stall=StallWatch(self.cfg.rewards, rule) if rule is not None else None)
+                                          stall=StallWatch(self.cfg.rewards, rule) if rule is not None else None,
+                                          conflict=conflict)
             if self.plan.resume_from is not None:  # the adapter was loaded by build_engine
                 self.iteration, self.ema = self.folder.restore(self.plan.resume_from, params=self.params,
                                                                optimizer=self.optimizer, ema=self.ema)
@@ -218,6 +222,10 @@ class Trainer:
         with Progress(*columns, console=console, disable=self.quiet or self.rank > 0 or plain is not None) as progress:
             task = progress.add_task("train", total=goal, completed=min(self.iteration, goal), agg=math.nan,
                                      loss=0.0, kl=0.0, ips=0.0)
+            if self.metrics is not None and self.metrics.conflict is not None and self.iteration == 0:
+                for line in self.metrics.conflict.start():
+                    progress.console.print(f"[yellow]recast: warning:[/] {escape(line)}", soft_wrap=True,
+                                           highlight=False)
             while self.iteration < goal:
                 row = self.train_step()
                 s = row["scalars"]

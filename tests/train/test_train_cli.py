@@ -377,3 +377,33 @@ def test_gradient_checkpointing_trains_the_same_run(train_setting, static_run, t
     assert diff < 1e-6, diff
     assert json.loads((out / "run.json").read_text())["config"]["run_key"] == \
         json.loads((static_run / "run.json").read_text())["config"]["run_key"]  # not part of the run key
+
+
+def test_a_conflict_w_settles_by_timing_is_warned_once_and_every_step_records_the_correlations(train_setting,
+                                                                                               tmp_path):
+    """docs/trust.md: the estimate's conflicts (E14) where W gives one reward of the pair most of a column are one
+    warning when training starts; every step's metrics rows carry each pair's advantage correlation."""
+    from dataclasses import replace
+
+    from recast_cli.artifacts import read_gains, read_metrics
+
+    table = make_table(0.05 * bump_gains([20, 12, 4], [4, 3, 2], 25), REWARDS, grid=FLOWMATCH)
+    corr = {"pairs": [["toy_color", "toy_shape"], ["toy_color", "toy_sharpness"], ["toy_shape", "toy_sharpness"]],
+            "rho": [[-0.5] * 25, [0.0] * 25, [0.0] * 25], "n": 1000, "K": 2}
+    gains = tmp_path / "g.parquet"
+    write_gains(gains, replace(table, meta={**table.meta, "advantage_corr": corr}), config={"test": True})
+    assert read_gains(gains).meta["advantage_corr"]["rho"][0][0] == -0.5
+    w_path = solve(gains, tmp_path / "W.safetensors", "--steps", "4", "--grid", "flowmatch", "--shift", "3",
+                   "--skip-clean", "1")
+    settled = read_weights(w_path).info["settled_by_timing"]
+    assert settled and settled[0]["pair"] == ["toy_color", "toy_shape"]
+    out = tmp_path / "run"
+    result = train(train_setting, w_path, out, "--max-steps", "2")
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    said = " ".join(result.stderr.split())
+    assert said.count("rewards toy_color and toy_shape conflict") == 1 and "not by λ" in said
+    rows = read_metrics(out / "metrics.parquet").to_pylist()
+    assert len(rows) == 2 * 3
+    for row in rows:
+        corr_row = row["adv_corr"]
+        assert len(corr_row) == 3 and corr_row[REWARDS.index(row["reward"])] == pytest.approx(1.0)

@@ -318,6 +318,9 @@ def test_a_compiled_run_follows_the_eager_run(train_setting, cfg, tmp_path, back
 
     a = read_metrics(eager.run / "metrics.parquet").to_pandas().drop(columns=list(TIMING_COLUMNS))
     b = read_metrics(run / "metrics.parquet").to_pandas().drop(columns=list(TIMING_COLUMNS))
+    # a list column is compared exactly by pandas: the advantage correlations (of advantages near zero, where
+    # the compiled kernels' rounding shows most) are compared to a tolerance of their own
+    np.testing.assert_allclose(np.stack(a.pop("adv_corr")), np.stack(b.pop("adv_corr")), atol=1e-4)
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-4, atol=1e-6)
     lora_a = load_file(str(ckpt.step_dir(eager.run, 4) / "adapter" / LORA_FILE))
     lora_b = load_file(str(ckpt.step_dir(run, 4) / "adapter" / LORA_FILE))

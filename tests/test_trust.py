@@ -240,3 +240,22 @@ def test_advantage_correlation_of_a_batch():
     adv = np.stack([x, -x + 0.01 * rng.standard_normal(4000), rng.standard_normal(4000)], axis=1)
     corr = advantage_correlation(adv)
     assert corr[0, 1] < -0.99 and abs(corr[0, 2]) < 0.05 and np.isnan(advantage_correlation(np.zeros((5, 2)))).all()
+
+
+# ------------------------------------------------------------------ a study's arms of the variants
+
+
+def test_study_arms_name_the_variants_and_their_solve_w_flags():
+    from recast_cli.errors import BadInput
+    from recast_cli.study.makefile import variant_flags
+    from recast_cli.study.spec import ArmSpec
+
+    shrink = ArmSpec.parse("recast:power:estimate:shrinkauto")
+    conflict = ArmSpec.parse("recast:power:estimate:conflict")
+    assert (shrink.variant, shrink.label, variant_flags(shrink)) == ("shrinkauto", "recast-power-estimate-shrinkauto",
+                                                                     " --shrink auto")
+    assert (conflict.variant, variant_flags(conflict)) == ("conflict", " --conflicts static")
+    assert variant_flags(ArmSpec.parse("recast:power:estimate:shrink0.5")) == " --shrink 0.5"
+    for text in ("recast:power:exact:shrinkauto", "static:exp:estimate:conflict"):
+        with pytest.raises(BadInput, match="variant"):
+            ArmSpec.parse(text)

@@ -117,8 +117,9 @@ def render_weights(summary: dict[str, Any], facts: Table) -> Table | None:
         facts.add_row("variant", f"{variant['name']} ({variant['tag']}): {what}")
     boot = solver.get("bootstrap") if solver else None
     if boot and boot.get("samples_for_tv"):
-        parts = ", ".join(f"≤ {t}: N ≈ {n:,.0f}" for t, n in boot["samples_for_tv"].items() if n is not None)
-        facts.add_row("budget", f"N = {boot['samples']} samples per prompt now; for a median row spread {parts}")
+        parts = ", ".join(f"≤ {t}: N ≥ {n:,.0f}" for t, n in boot["samples_for_tv"].items() if n is not None)
+        facts.add_row("budget", f"N = {boot['samples']} samples per prompt now; for a median row spread {parts} "
+                                "(lower bounds: the spread shrinks more slowly than 1/√N, docs/trust.md)")
     for c in (solver or {}).get("conflicts", []):
         facts.add_row("conflict", f"{c['pair'][0]}–{c['pair'][1]} at steps {compact_steps(c['steps'])} "
                                   f"(lowest ρ {c['rho_min']:+.2f}, E14)")

@@ -104,16 +104,17 @@ def trust_lines(info: dict, rewards: tuple[str, ...]) -> list[str]:
             lo, mid, hi = row["tv_point"]
             s_lo, s_hi = row["tv_static_range"]
             need = row.get("samples_to_resolve")
-            extra = (f"; about N = {need:,.0f} samples per prompt would resolve it"
+            extra = (f"; resolving it needs at least N = {need:,.0f} samples per prompt"
                      if need is not None and row["verdict"] != "timing resolved" else "")
             lines.append(f"  {name}: spread {mid:.3f} [{lo:.3f}, {hi:.3f}], to static {row['tv_static']:.3f} "
                          f"[{s_lo:.3f}, {s_hi:.3f}]: {row['verdict']}{extra}")
         budget = boot.get("samples_for_tv")
         if budget:
-            parts = ", ".join(f"≤ {t} needs N ≈ {n:,.0f}" for t, n in budget.items() if n is not None)
+            parts = ", ".join(f"≤ {t} needs N ≥ {n:,.0f}" for t, n in budget.items() if n is not None)
             if parts:
                 lines.append(f"budget: now N = {boot['samples']} samples per prompt (P = {boot['P']}, K = {boot['K']}); "
-                             f"a median row spread {parts} (the spread shrinks as 1/√N)")
+                             f"a median row spread {parts} — lower bounds, were the spread to shrink as 1/√N; "
+                             f"measured: N^-0.4 with the exp kernel, N^-0.1 with power (docs/trust.md)")
     variant = info.get("variant")
     if variant and variant.get("gamma"):
         lines.append("E12u: share of each row's timing kept: " +

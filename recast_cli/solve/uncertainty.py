@@ -3,7 +3,7 @@ spread of those solutions says of each reward's row.
 
 Top to bottom: one W per draw (the same E9-E12 solve as the point W), each row's total-variation distance
 to the point W and to static, the verdict per reward (is its timing distinguishable from static at this
-estimation budget?), the budget that would resolve it, and E12u's shares γ_i.
+estimation budget?), a lower bound on the budget that would resolve it, and E12u's shares γ_i.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class RowUncertainty:
     tv_static: float                       # TV(W_i, static_i) of the point W
     tv_static_range: tuple[float, float]   # TV(W^b_i, static_i): 5 %, 95 %
     resolved: bool                         # TV(W_i, static_i) > the 95 % point of TV(W^b_i, W_i)
-    samples_to_resolve: float | None       # N·(q95 / TV to static)², the samples per prompt that would resolve it
+    samples_to_resolve: float | None       # N·(q95 / TV to static)²: a lower bound on the samples per prompt to resolve it
 
     @property
     def verdict(self) -> str:
@@ -54,9 +54,10 @@ def row_uncertainty(W: np.ndarray, draws_W: np.ndarray, lam: np.ndarray, samples
 
     The verdict reads the bootstrap as the distribution of W's sampling error: were the true W static,
     TV(W, static) would itself be such an error, below the bootstrap's 95 % point in 95 % of estimates.
-    A row further from static than that is "timing resolved". The error of a mean over N samples shrinks
-    as 1/√N, so N·(q95/TV to static)² samples per prompt would bring the 95 % point down to the distance
-    seen (docs/trust.md checks the scaling against the exact W of the analytic worlds).
+    A row further from static than that is "timing resolved". Were W's error that of a mean over N samples,
+    it would shrink as 1/√N, and N·(q95/TV to static)² samples per prompt would bring the 95 % point down to
+    the distance seen; it shrinks more slowly (measured against the exact W of the analytic worlds: N^-0.4
+    with the exp kernel, N^-0.1 with the power kernel, docs/trust.md), so that N is a lower bound.
     """
     static = static_weights(lam, W.shape[1])
     to_point = row_tv(draws_W, W[None])          # [B, m]
@@ -75,8 +76,9 @@ def row_uncertainty(W: np.ndarray, draws_W: np.ndarray, lam: np.ndarray, samples
 
 
 def samples_for_spread(rows: list[RowUncertainty], samples: int, target: float) -> float | None:
-    """The positives per prompt at which the widest row's median TV to the point W would be ``target``:
-    N·(median / target)² (the 1/√N scaling); None when every row is already exact (median 0)."""
+    """A lower bound on the positives per prompt at which the widest row's median TV to the point W reaches
+    ``target``: N·(median / target)², what a 1/√N scaling would give (W's spread shrinks more slowly); None when
+    every row is already exact (median 0)."""
     widest = max(r.tv_point[1] for r in rows)
     if widest <= 0:
         return None

@@ -31,5 +31,5 @@ if __name__ == "__main__":
     dest = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE
     compact = ladder_compact()
     for world in WORLDS:
-        if (root / world / "cells").is_dir():
+        if (root / world / "report" / "report.md").is_file():  # a world whose study has finished (its report)
             compact(root, world, dest)

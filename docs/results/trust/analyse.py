@@ -21,6 +21,8 @@ import pandas as pd
 from safetensors import safe_open
 from scipy import stats
 
+from recast_cli.solve.conflict import compact_steps
+
 HERE = Path(sys.argv[1]).resolve() if __name__ == "__main__" and len(sys.argv) > 1 else Path(__file__).resolve().parent
 DATA = HERE / "data"
 LADDER_WORLDS = ("independent", "conflict-mild", "conflict-strong", "control")
@@ -133,13 +135,13 @@ def w_rows(world: str, rewards: list[str]) -> list[list[str]]:
             what = "γ " + ", ".join(f"{r} {variant['gamma'][r]:.2f}" for r in rewards)
         elif "static_steps" in variant:
             steps = variant["static_steps"]
-            what = f"static on {len(steps)} of {W.shape[1]} steps" + (f" ({steps[0]}–{steps[-1]})" if steps else "")
+            what = f"static on {len(steps)} of {W.shape[1]} steps" + (f" ({compact_steps(steps)})" if steps else "")
         boot = info.get("bootstrap")
         verdicts = ("; " + ", ".join(f"{r}: {'resolved' if boot['rows'][r]['verdict'] == 'timing resolved' else 'not'}"
                                      for r in rewards)) if boot and arm == SAMPLED else ""
         out.append([SHORT[arm], " · ".join(f"{x:.2f}" for x in tv), what + verdicts])
     conflicts = by_arm[CONFLICT][1].get("conflicts", [])
-    out.append(["E14 conflicts found", "", "; ".join(f"{c['pair'][0]}–{c['pair'][1]} at {c['steps'][0]}–{c['steps'][-1]} "
+    out.append(["E14 conflicts found", "", "; ".join(f"{c['pair'][0]}–{c['pair'][1]} at {compact_steps(c['steps'])} "
                                                      f"(ρ {c['rho_min']:+.2f})" for c in conflicts) or "none"])
     return out
 

@@ -11,28 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from recast_cli.artifacts import json_loads
 from recast_cli.artifacts import (
-    CURVE_SCHEMA,
-    EVAL_SCHEMA,
-    GAINS_SCHEMA,
-    JUDGEMENTS_SCHEMA,
-    RUN_SCHEMA,
-    WEIGHTS_SCHEMA,
-    CurveTable,
-    EvalTable,
-    GainTable,
-    WeightMatrix,
-    artifact_schema,
-    current_tag,
-    decode_metadata,
-    read_curve,
-    read_eval,
-    read_gains,
-    read_judgements,
-    read_run,
-    read_weights,
-    sha256_file,
+    CURVE_SCHEMA, EVAL_SCHEMA, GAINS_SCHEMA, JUDGEMENTS_SCHEMA, RUN_SCHEMA, WEIGHTS_SCHEMA, CurveTable, EvalTable,
+    GainTable, WeightMatrix, artifact_schema, current_tag, decode_metadata, json_loads, read_curve, read_eval,
+    read_gains, read_judgements, read_run, read_weights, sha256_file,
 )
 from recast_cli.errors import BadInput
 from recast_cli.train.stall import StallSpan, recorded_stalls

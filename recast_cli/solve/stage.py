@@ -247,7 +247,8 @@ def _balanced(W: np.ndarray, result: SinkhornResult, trained: slice) -> np.ndarr
 
 
 def _guard(solve: Callable[[], SinkhornResult], tau: float, kernel: str) -> SinkhornResult:
-    """A variant's Sinkhorn with its numeric failures as one line, like ``_solve``."""
+    """A solve with every numeric failure turned into one line: it comes from the inputs (gains, λ, τ), so it is
+    BadInput (exit 2), never a numpy warning or a traceback."""
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             return solve()
@@ -314,16 +315,9 @@ def _budgets(lam_text: str, rewards: tuple[str, ...]) -> np.ndarray:
 
 def _solve(gain: np.ndarray, lam: np.ndarray, *, mode: str, tau: float, floor: float, noise: np.ndarray | None,
            skip_clean: int, kernel: str, shrink: float = 1.0) -> SinkhornResult:
-    """``solve_weights`` with every numeric failure turned into one line: it comes from the inputs (gains,
-    λ, τ), so it is BadInput (exit 2), never a numpy warning or a traceback."""
-    try:
-        with np.errstate(over="raise", invalid="raise", divide="raise"):
-            return solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean,
-                                 kernel=kernel, shrink=shrink)
-    except (SinkhornError, FloatingPointError):
-        form = "exp(ΔD̄/τ)" if kernel == "exp" else "ΔD̄^(1/τ)"
-        raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel {form} is degenerate and "
-                       f"Sinkhorn cannot balance it; use a larger --tau (default {DEFAULT_TAU:g})") from None
+    """``solve_weights`` with every numeric failure turned into one line (``_guard``)."""
+    return _guard(lambda: solve_weights(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise,
+                                        skip_clean=skip_clean, kernel=kernel, shrink=shrink), tau, kernel)
 
 
 def _indiscriminable(rewards: tuple[str, ...], solution: SinkhornResult, totals: np.ndarray, *, floor: float,

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 EXAMPLE := pipelines/examples/gmm1d-exact-alpha2.parquet
 DEMO   := artifacts/demo
 
-.PHONY: setup test demo bench example gpu-preflight device-wheels fetch clean all judges side
+.PHONY: setup test demo bench example gpu-preflight device-wheels fetch clean all judges side side-vllm
 
 setup: $(STAMP)
 
@@ -40,6 +40,16 @@ $(SIDE_HPS): $(SIDE_IR)
 	$(BIN)/pip install --quiet --disable-pip-version-check --target $(SIDE)/hps --no-deps hpsv3==1.0.0 \
 	    trl==0.11.4 peft==0.13.2 omegaconf antlr4-python3-runtime==4.9.3 fire termcolor tensorboard \
 	    tensorboard-data-server absl-py markdown werkzeug grpcio protobuf
+	touch $@
+
+# vLLM, which serves the unifiedreward judge, pins its own torch: a virtual environment of its own
+# (about 10 GB with its CUDA wheels; built by `make judges` when a judge's server has to be started).
+VLLM_VERSION ?= 0.11.0
+SIDE_VLLM := $(SIDE)/vllm/.installed
+VLLM ?= $(SIDE)/vllm/bin/vllm
+$(SIDE_VLLM):
+	$(PYTHON) -m venv $(SIDE)/vllm
+	$(SIDE)/vllm/bin/pip install --quiet --disable-pip-version-check vllm==$(VLLM_VERSION)
 	touch $@
 
 test: $(STAMP) $(SIDE_HPS)
@@ -136,15 +146,24 @@ all: $(STAMP)
 # The held-out judges of a study that `make all` ran (its evaluations score the training rewards only, so
 # training never waits on a judge): every evaluation gets [evaluate] judges, scored on its saved images,
 # then the report again. The judges run with the side package sets of hpsv3 and imagereward ahead of
-# .venv's (built first; docs/rewards.md): JUDGES_ENV= runs them in .venv alone.
+# .venv's (built first; docs/rewards.md): JUDGES_ENV= runs them in .venv alone. A served judge
+# (unifiedreward) whose server does not answer on this host gets one for as long as the judges run:
+# `recast serve-judges` starts $(VLLM) (.side/vllm is built first when that is the one) with
+# VLLM_SHARE of the GPU's memory, logs in artifacts/SETTING/servers/, and stops it afterwards.
 JUDGES_ENV ?= PYTHONPATH=$(SIDE)/hps:$(SIDE)/ir
+VLLM_SHARE ?= 0.3
 judges: $(STAMP) $(SIDE_HPS)
 	$(BIN)/recast study-makefile --setting $(SETTING) --root $(STUDY) --recast $(BIN)/recast > $(STUDY)/study.mk.tmp
 	mv $(STUDY)/study.mk.tmp $(STUDY)/study.mk
-	$(JUDGES_ENV) $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) judges $(STUDY_RECAST)
+	if [ -n "$$($(BIN)/recast serve-judges --setting $(SETTING) --needs)" ] && [ "$(VLLM)" = "$(SIDE)/vllm/bin/vllm" ]; \
+	    then $(MAKE) $(SIDE_VLLM); fi
+	$(JUDGES_ENV) $(BIN)/recast serve-judges --setting $(SETTING) --vllm $(VLLM) --share $(VLLM_SHARE) \
+	    --logs $(STUDY)/servers -- $(MAKE) -f $(STUDY)/study.mk -j $(JOBS) judges $(STUDY_RECAST)
 
-# The side package sets of the judges whose packages pin transformers 4.x (docs/rewards.md).
+# The side package sets of the judges whose packages pin transformers 4.x (docs/rewards.md);
+# side-vllm: the environment of the vLLM server of unifiedreward.
 side: $(SIDE_HPS)
+side-vllm: $(SIDE_VLLM)
 
 clean:
 	rm -rf $(VENV) $(SIDE) $(DEMO) .pytest_cache

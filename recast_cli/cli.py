@@ -28,7 +28,7 @@ out = Console()
 #: ``recast --help`` lists the commands in the order of the pipeline, then the tools.
 COMMAND_ORDER = ("sample-positive", "estimate", "merge", "compare-gains", "solve-w", "train", "evaluate", "report",
                  "study-makefile", "study", "check-setting", "fetch", "preflight", "inspect", "plot", "sample", "tiny-model",
-                 "score", "serve-reward",
+                 "score", "serve-reward", "serve-judges",
                  "judge", "toy")
 
 

@@ -52,12 +52,12 @@ def _first_word(line: str) -> str:
 def shell_lines(text: str) -> list[str]:
     """The doc's shell lines: fenced shell blocks (continuations joined) and inline spans starting with a command."""
     lines: list[str] = []
-    for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+    for lang, body in re.findall(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", text, re.S | re.M):  # in a list item too
         joined = body.replace("\\\n", " ").splitlines()
         first = next((line for line in joined if line.strip() and not line.lstrip().startswith("#")), "")
         if lang in ("bash", "sh") or (lang == "" and _first_word(first) in COMMANDS):
             lines += [line for line in joined if line.strip()]
-    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    prose = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", text, flags=re.S | re.M)
     for span in re.findall(r"`([^`]+)`", prose):
         span = " ".join(span.split())
         if _first_word(span) in COMMANDS and " " in span:
@@ -104,6 +104,8 @@ def check_recast(words: list[str]) -> str | None:
         return f"no such recast command: {' '.join(words[:i + 1])}"
     known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
     for word in words[i:]:
+        if word == "--":  # the end of its options: what follows is the command it runs (serve-judges)
+            break
         for part in word.strip("[]").split("|"):
             flag = part.strip("[]").split("=")[0]
             if flag.startswith("--") and flag not in known:

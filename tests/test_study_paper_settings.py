@@ -120,7 +120,9 @@ class Fakes:
                                "group_strict_rewards": {}})
 
     def unifiedreward(self, method, path, headers, body):
-        if method == "GET":  # `recast check-setting` asks whether the server answers
+        if method == "GET":  # check-setting and serve-judges ask whether it answers and serves the judge's model
+            if path == "/v1/models":
+                return 200, json_body({"object": "list", "data": [{"id": "UnifiedReward-2.0-qwen-7b"}]})
             return 404, json_body({"detail": "Not Found"})
         assert method == "POST" and path == "/v1/chat/completions", path
         parts = json.loads(body)["messages"][0]["content"]
@@ -396,8 +398,11 @@ def test_paper_study_runs_end_to_end_over_tiny_standins(tree, fakes, name, monke
         assert {(r["kind"], r["scorer"]) for r in rows} == {("reward", r) for r in rewards}, table
     assert all(fakes.calls[j] == before[j] for j in (*REMOTE_JUDGES, "unifiedreward"))
 
-    # `make judges`, once the side judge's environment is there, adds every judge to every evaluation
-    judged = _run(["make", "-f", str(mk), "judges"], tree, 900, f"{plugins}:{side}")
+    # `make judges` (the top Makefile's target: the graph's judges inside `recast serve-judges`, which finds
+    # the unifiedreward server answering with its model and starts none), once the side judge's environment
+    # is there, adds every judge to every evaluation
+    judged = _run(["make", "-C", str(ROOT), "judges", f"SETTING={setting}", f"STUDY={root}",
+                   f"JUDGES_ENV=PYTHONPATH={plugins}:{side}"], tree, 900)
     assert judged.returncode == 0, judged.stdout[-3000:] + judged.stderr[-3000:]
     judges = tomllib.loads((PIPELINES / f"{name}.toml").read_text())["evaluate"]["judges"] + [SIDE_JUDGE]
     assert f"Training rewards: {', '.join(rewards)}; held-out judges: {', '.join(judges)}." in report.read_text()

@@ -93,5 +93,45 @@ def _print_curve(plan, table, out_path) -> None:
     out.print(f"wrote {out_path}")
 
 
+def serve_judges_command(
+    setting: str = typer.Option(..., "--setting", help="The setting whose [evaluate] judges are served "
+                                                       "(pipelines/NAME.toml or a .toml path)."),
+    command: Optional[list[str]] = typer.Argument(None, help="The command to run while the servers run, after "
+                                                             "--; none: serve until interrupted."),
+    vllm: str = typer.Option("vllm", "--vllm", help="The vllm executable (make judges: .side/vllm/bin/vllm)."),
+    logs: Optional[Path] = typer.Option(None, "--logs", help="Folder of the servers' logs (default: "
+                                                             "artifacts/SETTING/servers)."),
+    share: float = typer.Option(0.3, "--share", help="GPU-memory share of each vLLM server "
+                                                     "(--gpu-memory-utilization)."),
+    max_model_len: int = typer.Option(8192, "--max-model-len", help="Context of each vLLM server, in tokens."),
+    start_timeout: float = typer.Option(1800.0, "--start-timeout", help="Seconds a server may take to answer."),
+    needs: bool = typer.Option(False, "--needs", help="Only print what must be started (one launcher a line, "
+                                                      "e.g. vllm) and exit."),
+) -> None:
+    """Run a command while the setting's served judges (unifiedreward: a vLLM server) answer: a server on this
+    host that does not answer is started, checked to serve the judge's model, and stopped afterwards."""
+    from recast_cli.errors import BadInput
+    from recast_cli.evaluate.servers import plan_servers, run_with_servers
+    from recast_cli.setting.load import load_setting
+
+    if not 0.0 < share <= 1.0:
+        raise BadInput(f"--share must be in (0, 1], got {share:g}")
+    if not 256 <= max_model_len <= 1_048_576:
+        raise BadInput(f"--max-model-len must be in [256, 1048576], got {max_model_len}")
+    if not start_timeout > 0:
+        raise BadInput(f"--start-timeout must be > 0, got {start_timeout:g}")
+    loaded = load_setting(setting)
+    if needs:
+        for launcher in dict.fromkeys(s.launcher for s in plan_servers(loaded) if s.state == "start"):
+            out.print(launcher)
+        return
+    folder = logs if logs is not None else Path("artifacts") / loaded.name / "servers"
+    code = run_with_servers(loaded, command or [], vllm, folder, share=share, max_model_len=max_model_len,
+                            start_timeout=start_timeout)
+    if code:
+        raise typer.Exit(code)
+
+
 def register(app: typer.Typer) -> None:
     app.command("evaluate")(evaluate_command)
+    app.command("serve-judges")(serve_judges_command)

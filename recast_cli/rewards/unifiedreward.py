@@ -52,6 +52,8 @@ class UnifiedRewardScore(Scorer):
 
     name = "unifiedreward"
     fetch_also = (("CodeGoat24/UnifiedReward-2.0-qwen-7b", "model"),)  # what its vLLM server loads (docs/gpu.md)
+    #: what serves it: ``recast serve-judges`` (``make judges``) starts ``vllm serve`` on these weights
+    served_by = ("vllm", "CodeGoat24/UnifiedReward-2.0-qwen-7b")
     output_range = (1.0 / MAX_SCORE, 1.0)
 
     def __init__(self, url: str = "http://127.0.0.1:8000/v1", model: str = "UnifiedReward-2.0-qwen-7b",

@@ -6,6 +6,7 @@ status), and the key of an image API the positives come from, each with what pro
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any
 
 #: The environment variables an API source of positives reads its key from (positives/openai_images.py,
@@ -14,8 +15,9 @@ API_KEYS = {"openai": ("OPENAI_API_KEY",), "gemini": ("GEMINI_API_KEY", "GOOGLE_
 
 #: What starts the server of a scorer that scores over HTTP, by scorer (docs/rewards.md).
 SERVER_HINTS = {
-    "unifiedreward": "start its vLLM server, e.g. `vllm serve CodeGoat24/UnifiedReward-2.0-qwen-7b --port 8000 "
-                     "--gpu-memory-utilization 0.3` beside training (docs/rewards.md, VLM endpoints)",
+    "unifiedreward": "`make judges` starts its vLLM server (recast serve-judges); by hand: `vllm serve "
+                     "CodeGoat24/UnifiedReward-2.0-qwen-7b --port 8000 --served-model-name UnifiedReward-2.0-qwen-7b "
+                     "--gpu-memory-utilization 0.3 --max-model-len 8192` (docs/gpu.md)",
     "geneval": "start the GenEval detector server (docs/rewards.md)",
 }
 
@@ -24,6 +26,7 @@ def environment_problems(name: str, options: dict[str, Any]) -> list[str]:
     """What scorer ``name`` needs around it and does not have, one line each, with what provides it: each
     package of its class's ``requires`` must import (in a process of its own: a package that pins another
     transformers must not break this one), its server (``NAME@URL``, or a ``url`` option) must answer."""
+    from recast_cli.rewards.chat import API_KEY_ENV
     from recast_cli.rewards.registry import scorer_class
 
     cls = scorer_class(name)
@@ -44,7 +47,35 @@ def environment_problems(name: str, options: dict[str, Any]) -> list[str]:
         why = unreachable(url)
         if why is not None:
             problems.append(f"its server {url} does not answer ({why}); {hint}")
+        elif getattr(cls, "served_by", None) is not None:
+            model = options.get("model", inspect.signature(cls).parameters["model"].default)
+            why = served_model_problem(url, str(model), options.get("api_key") or os.environ.get(API_KEY_ENV))
+            if why is not None:
+                problems.append(why)
     return problems
+
+
+def served_model_problem(url: str, model: str, api_key: str | None = None, timeout: float = 10.0) -> str | None:
+    """None when the OpenAI-compatible server at ``url`` lists ``model`` under ``GET {url}/models`` (the name
+    a chat scorer's requests carry), else why not, with the flag that fixes it."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url.rstrip("/") + "/models",
+                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (the setting's own url)
+            data = json.loads(reply.read().decode("utf-8", "replace"))
+    except urllib.error.HTTPError as exc:
+        return f"GET {url}/models answered HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return f"GET {url}/models failed ({type(exc).__name__})"
+    ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+    if model in ids:
+        return None
+    return (f"the server at {url} serves {', '.join(map(str, ids)) or 'no model'}, not {model!r}: start it with "
+            f"--served-model-name {model}, or set the judge's model option")
 
 
 def import_problem(package: str) -> str | None:

@@ -52,9 +52,12 @@ $(SIDE_VLLM):
 	$(SIDE)/vllm/bin/pip install --quiet --disable-pip-version-check vllm==$(VLLM_VERSION)
 	touch $@
 
+# The suite in TEST_JOBS processes (pytest-xdist; a test file's tests stay in one process): the number of
+# cores, at most 4 (each process holds its own torch). The package checks of the side package sets run
+# inside it (tests/rewards/test_side_environment.py).
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test: $(STAMP) $(SIDE_HPS)
-	$(BIN)/python -m pytest -q
-	PYTHONPATH=$(SIDE)/hps:$(SIDE)/ir $(BIN)/python -m pytest -q -p no:cacheprovider tests/rewards/test_isolated_scorers.py
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 # The toy world end to end: stage 1 (renderer positives → gain curves on the shipped toy model
 # → W → Fig. 1), four steps of stage 2 (recast train with that W), then W on the exact gain

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import config_from_setting
-from recast_cli.setting.environment import served_model_problem, unreachable
+from recast_cli.setting.environment import served_model_problem, served_models, unreachable
 from recast_cli.setting.load import Setting
 
 #: Hosts a server is started on; a url elsewhere names a server the user runs.
@@ -171,15 +171,16 @@ def _wait_until_serving(server: JudgeServer, process: subprocess.Popen, log: Pat
         if code is not None:
             raise BadInput(f"judge {server.judge}: its server exited with code {code} before answering; "
                            f"{log}: {_last_line(log)}")
+        answer = "no answer"
         if unreachable(server.url, timeout=min(5.0, poll * 5)) is None:
-            why = model_problem(server)
-            if why is None:
-                return
-            if time.monotonic() > deadline:
-                raise BadInput(f"judge {server.judge}: {why}")
-        elif time.monotonic() > deadline:
-            raise BadInput(f"judge {server.judge}: its server did not answer at {server.url} within {timeout:g} s "
-                           f"(--start-timeout); {log}: {_last_line(log)}")
+            ids, answer = served_models(server.url, server.api_key)
+            if ids is not None:  # its list of models is final: the judge's is in it or never will be
+                if server.model in ids:
+                    return
+                raise BadInput(f"judge {server.judge}: {model_problem(server)}")
+        if time.monotonic() > deadline:
+            raise BadInput(f"judge {server.judge}: its server did not serve at {server.url} within {timeout:g} s "
+                           f"(--start-timeout; {answer}); {log}: {_last_line(log)}")
         time.sleep(poll)
 
 

@@ -55,9 +55,9 @@ def environment_problems(name: str, options: dict[str, Any]) -> list[str]:
     return problems
 
 
-def served_model_problem(url: str, model: str, api_key: str | None = None, timeout: float = 10.0) -> str | None:
-    """None when the OpenAI-compatible server at ``url`` lists ``model`` under ``GET {url}/models`` (the name
-    a chat scorer's requests carry), else why not, with the flag that fixes it."""
+def served_models(url: str, api_key: str | None = None, timeout: float = 10.0) -> tuple[list[str] | None, str]:
+    """(the model names the OpenAI-compatible server at ``url`` lists under ``GET {url}/models``, "") or
+    (None, why it gave no list)."""
     import json
     import urllib.error
     import urllib.request
@@ -68,13 +68,23 @@ def served_model_problem(url: str, model: str, api_key: str | None = None, timeo
         with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (the setting's own url)
             data = json.loads(reply.read().decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:
-        return f"GET {url}/models answered HTTP {exc.code}"
+        return None, f"GET {url}/models answered HTTP {exc.code}"
     except (OSError, ValueError) as exc:
-        return f"GET {url}/models failed ({type(exc).__name__})"
-    ids = [m.get("id") for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+        return None, f"GET {url}/models failed ({type(exc).__name__})"
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        return None, f"GET {url}/models gave no model list"
+    return [str(m.get("id")) for m in data["data"] if isinstance(m, dict)], ""
+
+
+def served_model_problem(url: str, model: str, api_key: str | None = None, timeout: float = 10.0) -> str | None:
+    """None when the server at ``url`` lists ``model`` (the name a chat scorer's requests carry), else why
+    not, with the flag that fixes it."""
+    ids, why = served_models(url, api_key, timeout)
+    if ids is None:
+        return why
     if model in ids:
         return None
-    return (f"the server at {url} serves {', '.join(map(str, ids)) or 'no model'}, not {model!r}: start it with "
+    return (f"the server at {url} serves {', '.join(ids) or 'no model'}, not {model!r}: start it with "
             f"--served-model-name {model}, or set the judge's model option")
 
 

@@ -7,7 +7,9 @@
 #   2. offload.txt   tests/test_offload.py: embeddings, latents, loss and gradient the same with
 #                    the text encoders offloaded as without, on CUDA where there is one;
 #   3. SETTING/preflight.json for each of $SETTINGS: `recast preflight --scale $SCALE
-#                    --random-weights` (build, rewards, estimate, train twice, evaluate).
+#                    --random-weights` (build, rewards, estimate, train twice, evaluate), and at
+#                    full scale SETTING/compute.md: the compute table with this GPU's measured step
+#                    (python -m recast_cli.preflight.budget SETTING --preflight …).
 #   log.txt          everything printed, as it is printed (what comes back if the run is cut off).
 #
 # Environment (all optional):
@@ -133,6 +135,15 @@ for s in ${settings[@]+"${settings[@]}"}; do
         say "$name FAILED ($(reason $status); fits: $fits) after $(( $(date +%s) - start )) s"
     else
         say "$name: fits, $(( $(date +%s) - start )) s"
+    fi
+    # the compute table with this GPU's measured step (docs/gpu.md, "Compute"): full scale only
+    if [ "$SCALE" = full ] && [ -f "$OUT/$name/preflight.json" ]; then
+        if "$PY" -m recast_cli.preflight.budget "$s" --preflight "$OUT/$name/preflight.json" \
+            >"$OUT/$name/compute.md" 2>>"$LOG"; then
+            tee -a "$LOG" <"$OUT/$name/compute.md"
+        else
+            say "$name: no compute table (see $LOG)"; rm -f "$OUT/$name/compute.md"
+        fi
     fi
 done
 

@@ -60,3 +60,48 @@ def test_the_paper_study_and_the_pilot_in_flop_and_time():
     assert 1.2e17 < paper["step"]["flops_per_step"] < 1.7e17  # SD3.5-M: 2.2e12 a forward pass at 512 px
     shown = table(["ocr", "ocr-pilot"])
     assert "| `ocr` | 1152 |" in shown and "| `ocr-pilot` | 192 |" in shown and "H100" in shown
+
+
+def _record(**over):
+    """The parts of a recast.preflight/1 record the budget reads, as `make gpu-preflight` writes them for the
+    ocr setting on an H100 (the seconds are chosen for the arithmetic, not measured)."""
+    record = {"schema": "recast.preflight/1", "setting": "/node/recast/pipelines/ocr.toml", "scale": "full",
+              "device": "cuda:0 (NVIDIA H100 80GB HBM3)",
+              "phases": {"train": {"eager": {"images": 24, "sample_seconds": 30.0, "update_seconds": 90.0,
+                                             "fits": True},
+                                   "compile": {"error": "compile failed", "fits": False}}}}
+    record.update(over)
+    return record
+
+
+def test_the_measured_column_is_the_preflight_step_scaled_to_the_setting(tmp_path, capsys):
+    from recast_cli.preflight.budget import PEAK_BF16, _duration, main, measured_step
+
+    measured = measured_step(_record(), "ocr")
+    assert measured["run"] == "eager" and measured["seconds_per_image"] == 120.0 / 24  # compile did not fit
+    paper = study_compute("ocr")
+    per_step = 5.0 * paper["step"]["images_per_step"]  # 1152 images at 5 s each
+    rate = paper["step"]["flops_per_step"] / per_step
+    shown = table(["ocr", "ocr-pilot"], measured)
+    assert "measured on cuda:0 (NVIDIA H100 80GB HBM3) (eager)" in shown
+    assert (per_step, _duration(per_step), _duration(per_step * paper["steps"])) == (5760.0, "96.0 min", "544.0 days")
+    assert f"| 96.0 min / 544.0 days / {rate:.3g} ({rate / PEAK_BF16['H100']:.0%}) |" in shown
+    path = tmp_path / "preflight.json"
+    path.write_text(__import__("json").dumps(_record()))
+    assert main(["ocr", "--preflight", str(path)]) == 0 and "measured on cuda:0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("over", "needle"), [
+    ({"scale": "tiny", "device": "cpu"}, "measured at full scale on a GPU"),
+    ({"setting": "/x/pipelines/geneval.toml"}, "the record is of /x/pipelines/geneval.toml"),
+    ({"phases": {"train": {"eager": {"error": "CUDA out of memory", "fits": False}}}}, "no step that ran and fit"),
+    ({"schema": "recast.eval/1"}, "not a recast.preflight/1 record"),
+])
+def test_a_record_that_measured_something_else_is_one_line(tmp_path, capsys, over, needle):
+    from recast_cli.preflight.budget import main
+
+    path = tmp_path / "preflight.json"
+    path.write_text(__import__("json").dumps(_record(**over)))
+    assert main(["ocr", "--preflight", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]

@@ -131,6 +131,43 @@ def test_a_seed_does_not_depend_on_the_seeds_beside_it(tmp_path):
     assert [r for r in results[1].evals if r["seed"] == 1] != together
 
 
+@pytest.mark.parametrize("beta_kl", [0.0, 0.1])
+def test_a_seed_is_the_same_in_any_batch_when_the_seeds_are_split(tmp_path, monkeypatch, beta_kl):
+    """With more seeds than one forward holds (UPDATE_ELEMENTS and EVAL_ELEMENTS made small), a seed still
+    trains on its single run's micro-batches: its training rows, evaluations and final network are the same
+    bits among 2, 3 and 5 seeds. (Before, the micro-batch shrank with S: a seed's gradient was summed in
+    another order in every batch size, and over a long run at a fast rate the difference grew to another
+    outcome. A cell of one seed alone still differs in the last float32 bits: one matrix takes another
+    matmul kernel.)"""
+    from dataclasses import replace
+
+    import torch
+
+    from recast_cli.batched import engine
+    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.setting.load import load_setting
+    from recast_cli.train.config import config_from_setting, trained_steps
+
+    setting = load_setting(str(write_setting(tmp_path, beta_kl=beta_kl)))
+    cfg = replace(config_from_setting(setting), micro_batch=24, max_steps=3)
+    monkeypatch.setattr(engine, "UPDATE_ELEMENTS", 2 * 24)  # two seeds per forward/backward
+    monkeypatch.setattr(engine, "EVAL_ELEMENTS", 48)
+    W = np.full((2, 6), 1 / 12)
+
+    def run(seeds):
+        result = BatchedTrainer(Cell(cfg=cfg, W=W, trained_steps=tuple(trained_steps(6, 1.0)), noise_level=0.7, T=6,
+                                     seeds=seeds, eval_n=32)).run()
+        i = seeds.index(3)
+        return ([r for r in result.train if r["seed"] == 3], [r for r in result.evals if r["seed"] == 3],
+                [p[i] for p in result.final])
+
+    alone, three, five = run((3, 1)), run((1, 2, 3)), run((0, 4, 3, 1, 2))
+    for other in (three, five):
+        assert other[0] == alone[0] and other[1] == alone[1]
+        assert all(torch.equal(a, b) for a, b in zip(alone[2], other[2]))
+    assert len(alone[0]) > 0 and len(alone[1]) > 0
+
+
 # --------------------------------------------------------------------------- the command
 
 
@@ -392,3 +429,11 @@ def test_a_study_killed_mid_cell_resumes_and_loses_only_that_cell(tmp_path):
     assert len(after) == 2 and all(name.endswith(".parquet") for name in after)  # no temp file left
     assert all(after[name] == stamp for name, stamp in done.items())
     assert (tmp_path / "st" / "report" / "report.md").is_file()
+
+
+def test_seed_groups_never_leave_a_seed_alone_in_a_cell_of_several():
+    from recast_cli.batched.engine import seed_groups
+
+    spans = lambda S, size: [(g.start, g.stop) for g in seed_groups(S, size)]
+    assert spans(5, 2) == [(0, 2), (2, 5)] and spans(4, 2) == [(0, 2), (2, 4)] and spans(3, 8) == [(0, 3)]
+    assert spans(1, 2) == [(0, 1)] and spans(7, 1) == [(0, 2), (2, 4), (4, 7)]  # never one seed of several alone

@@ -43,7 +43,7 @@ from recast_cli.train.objective import PairLoss, group_advantages, pair_loss, st
 from recast_cli.train.stall import group_spread
 
 #: (seed, pair) elements per forward/backward of the update: bounds the activations' memory
-#: (about 1 KiB each) whatever S and the pairs per step; the sum over micro-batches is the same loss.
+#: (about 1 KiB each) whatever S, by splitting the seeds (each seed's micro-batches stay the single run's).
 #: 2^15 and EVAL_ELEMENTS 2^15 were 5-10% faster than 2^14, 2^16 or 2^17 (64 seeds, one core:
 #: the arrays of a chunk, 4 MiB of activations, stay nearer the cache).
 UPDATE_ELEMENTS = 1 << 15
@@ -69,6 +69,16 @@ def hold_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+def seed_groups(S: int, size: int) -> list[slice]:
+    """The seeds 0..S−1 in consecutive groups of ``size`` (at least 2), a last group of one seed joined to the
+    one before: a batched matmul over one matrix takes another kernel than over several (its float32 sums
+    differ in the last bits), so in a cell of several seeds every seed is computed among others, whatever S."""
+    starts = list(range(0, S, max(2, size)))
+    if len(starts) > 1 and S - starts[-1] == 1:
+        starts.pop()
+    return [slice(a, b) for a, b in zip(starts, [*starts[1:], S])]
 
 
 # --------------------------------------------------------------------------- S stacked networks
@@ -248,6 +258,29 @@ class BatchedTrainer:
         adv_t = step_advantages(adv, self.W, clip=cfg.adv_clip, trained=len(self.cell.trained_steps))
         return adv, adv_t
 
+    def pair_terms(self, by_pair: dict[str, torch.Tensor], chosen: torch.Tensor, rows: slice | None,
+                   params: Sequence[torch.Tensor] | None = None) -> PairLoss:
+        """The per-pair loss terms of the pairs ``chosen`` [S', n] of the seeds ``rows`` (None: every seed),
+        computed with ``params`` (those seeds' tensors; None: the network's own)."""
+        cfg = self.cfg
+        x, prev, v_star, old, A, sigma, sigma_next = (
+            (by_pair[k] if rows is None else by_pair[k][rows]).gather(1, chosen)
+            for k in ("x", "prev", "v_star", "old", "A", "sigma", "sigma_next"))
+        v = self.velocity(x, sigma, exact=v_star, params=params)
+        _, mean, std, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma.reshape(-1), sigma_next.reshape(-1),
+                                    self.cell.noise_level, prev_sample=prev.reshape(-1, 1))
+        ref_mean = dt = None
+        if cfg.beta_kl > 0:  # the reference policy's transition, for the KL term
+            with torch.no_grad():
+                reference = self.reference if rows is None else [p[rows] for p in self.reference]
+                ref = self.velocity(x, sigma, exact=v_star, params=reference)
+                _, ref_mean, _, _ = sde_step(x.reshape(-1, 1), ref.reshape(-1, 1), sigma.reshape(-1),
+                                             sigma_next.reshape(-1), self.cell.noise_level,
+                                             prev_sample=prev.reshape(-1, 1))
+            dt = (sigma_next - sigma).reshape(-1)
+        return pair_loss(lp.view(x.shape), old, A, clip_range=cfg.clip_range, beta_kl=cfg.beta_kl, mean=mean,
+                         ref_mean=ref_mean, std=std, dt=dt, kl_form=cfg.kl_form)
+
     def update(self, states, log_probs, exact, adv_t, iteration: int) -> dict[str, np.ndarray]:
         """``updates_per_step`` AdamW steps over each seed's (image, trained step) pairs; per-seed stats."""
         cfg, S, T = self.cfg, self.S, self.T
@@ -263,29 +296,28 @@ class BatchedTrainer:
         totals = {k: torch.zeros(S, dtype=torch.float64) for k in PairLoss._fields}
         grad_norm = torch.zeros(S, dtype=torch.float64)
         first_grads = None
+        # each seed's pairs go in the single run's micro-batches (micro_batch pairs, in its order), so no seed's
+        # sums depend on S or on the seeds beside it; the seeds are split instead (S·micro_batch elements could
+        # be too many for memory), each seed getting one gradient term per micro-batch in the single run's
+        # order (the other seeds' rows get + 0)
+        groups = seed_groups(S, max(1, UPDATE_ELEMENTS // cfg.micro_batch))
         for chunk in np.array_split(np.arange(P), cfg.updates_per_step):
-            size = max(1, min(cfg.micro_batch, UPDATE_ELEMENTS // S))
-            for lo in range(chunk[0], chunk[-1] + 1, size):
-                chosen = order[:, lo: min(lo + size, chunk[-1] + 1)]  # [S, n]: each seed's own pairs, in its order
-                x, prev, v_star, old, A, sigma, sigma_next = (by_pair[k].gather(1, chosen) for k in
-                                                              ("x", "prev", "v_star", "old", "A", "sigma", "sigma_next"))
-                v = self.velocity(x, sigma, exact=v_star)
-                _, mean, std, lp = sde_step(x.reshape(-1, 1), v.reshape(-1, 1), sigma.reshape(-1),
-                                            sigma_next.reshape(-1), self.cell.noise_level,
-                                            prev_sample=prev.reshape(-1, 1))
-                ref_mean = dt = None
-                if cfg.beta_kl > 0:  # the reference policy's transition, for the KL term
-                    with torch.no_grad():
-                        ref = self.velocity(x, sigma, exact=v_star, params=self.reference)
-                        _, ref_mean, _, _ = sde_step(x.reshape(-1, 1), ref.reshape(-1, 1), sigma.reshape(-1),
-                                                     sigma_next.reshape(-1), self.cell.noise_level,
-                                                     prev_sample=prev.reshape(-1, 1))
-                    dt = (sigma_next - sigma).reshape(-1)
-                terms = pair_loss(lp.view(x.shape), old, A, clip_range=cfg.clip_range, beta_kl=cfg.beta_kl,
-                                  mean=mean, ref_mean=ref_mean, std=std, dt=dt, kl_form=cfg.kl_form)
-                (terms.loss.sum(dim=1) / len(chunk)).sum().backward()
-                for key, value in terms._asdict().items():
-                    totals[key] += value.detach().to(torch.float64).sum(dim=1)
+            for lo in range(chunk[0], chunk[-1] + 1, cfg.micro_batch):
+                for rows in groups:
+                    whole = len(groups) == 1
+                    # a group's own leaf copies of its seeds' tensors: their gradients are added to those rows
+                    # only (autograd through a slice would add a zero gradient to every other seed)
+                    params = None if whole else [p[rows].detach().requires_grad_(True) for p in self.net.params]
+                    terms = self.pair_terms(by_pair, order[rows, lo: min(lo + cfg.micro_batch, chunk[-1] + 1)],
+                                            None if whole else rows, params)
+                    (terms.loss.sum(dim=1) / len(chunk)).sum().backward()
+                    if not whole:
+                        for p, part in zip(self.net.params, params):
+                            if p.grad is None:
+                                p.grad = torch.zeros_like(p)
+                            p.grad[rows] += part.grad
+                    for key, value in terms._asdict().items():
+                        totals[key][rows] += value.detach().to(torch.float64).sum(dim=1)
             if iteration == 0 and first_grads is None:
                 first_grads = torch.cat([p.grad.detach().reshape(S, -1) for p in self.net.params], dim=1)
             grad_norm = self.clip_gradients(cfg.grad_clip)

@@ -301,10 +301,10 @@ class BatchedTrainer:
         # be too many for memory), each seed getting one gradient term per micro-batch in the single run's
         # order (the other seeds' rows get + 0)
         groups = seed_groups(S, max(1, UPDATE_ELEMENTS // cfg.micro_batch))
+        whole = len(groups) == 1
         for chunk in np.array_split(np.arange(P), cfg.updates_per_step):
             for lo in range(chunk[0], chunk[-1] + 1, cfg.micro_batch):
                 for rows in groups:
-                    whole = len(groups) == 1
                     # a group's own leaf copies of its seeds' tensors: their gradients are added to those rows
                     # only (autograd through a slice would add a zero gradient to every other seed)
                     params = None if whole else [p[rows].detach().requires_grad_(True) for p in self.net.params]

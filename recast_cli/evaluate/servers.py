@@ -20,8 +20,8 @@ command the servers run until interrupted.
 
 from __future__ import annotations
 
-import inspect
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +34,8 @@ from urllib.parse import urlsplit
 
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import config_from_setting
-from recast_cli.setting.environment import served_model_problem, served_models, unreachable
+from recast_cli.setting.environment import (other_model, served_endpoint, served_model_problem, served_models,
+                                             unreachable)
 from recast_cli.setting.load import Setting
 
 #: Hosts a server is started on; a url elsewhere names a server the user runs.
@@ -76,7 +77,6 @@ class JudgeServer:
 def plan_servers(setting: Setting) -> list[JudgeServer]:
     """The servers of the setting's ``[evaluate] judges`` that recast knows how to start, each with its
     state now (one HTTP try each)."""
-    from recast_cli.rewards.chat import API_KEY_ENV
     from recast_cli.rewards.registry import scorer_class
 
     cfg, train = config_from_setting(setting)
@@ -88,11 +88,7 @@ def plan_servers(setting: Setting) -> list[JudgeServer]:
         served = getattr(cls, "served_by", None)
         if served is None:
             continue
-        options = dict(train.reward_options.get(name, {}))
-        defaults = inspect.signature(cls).parameters
-        url = str(options.get("url", defaults["url"].default))
-        model = str(options.get("model", defaults["model"].default))
-        key = options.get("api_key") or os.environ.get(API_KEY_ENV) or None
+        url, model, key = served_endpoint(cls, dict(train.reward_options.get(name, {})))
         local = urlsplit(url).hostname in LOCAL_HOSTS
         state = "up" if unreachable(url) is None else ("start" if local else "remote")
         plans.append(JudgeServer(name, url, model, served[0], served[1], key, state))
@@ -108,26 +104,21 @@ def server_command(server: JudgeServer, launcher: str, share: float, max_model_l
             "--max-model-len", str(max_model_len)]
 
 
-def model_problem(server: JudgeServer) -> str | None:
-    """None when the server at ``server.url`` lists the judge's model, else why not (setting/environment)."""
-    return served_model_problem(server.url, server.model, server.api_key)
-
-
 @contextmanager
 def serving(servers: Sequence[JudgeServer], launcher: str, logs: Path, *, share: float = DEFAULT_SHARE,
             max_model_len: int = DEFAULT_MAX_MODEL_LEN, start_timeout: float = DEFAULT_START_TIMEOUT,
-            poll: float = 1.0, say=None) -> Iterator[list[JudgeServer]]:
+            poll: float = 1.0, say=None) -> Iterator[None]:
     """Start every ``start`` server, wait until each answers with its model, yield, and stop them; a
     server that is ``up`` is checked, a ``remote`` one that does not answer is BadInput."""
     for server in servers:
         if server.state == "remote":
             raise BadInput(f"judge {server.judge}: its server {server.url} does not answer and is not on this "
                            "host; start it there")
-        if server.state == "up" and (why := model_problem(server)) is not None:
+        if server.state == "up" and (why := served_model_problem(server.url, server.model, server.api_key)):
             raise BadInput(f"judge {server.judge}: {why}")
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     to_start = [s for s in servers if s.state == "start"]
-    if to_start and not _executable(launcher):
+    if to_start and shutil.which(launcher) is None:
         raise BadInput(f"judge {to_start[0].judge}: its server {to_start[0].url} does not answer and {launcher} "
                        "is not an executable here; `make side-vllm` builds .side/vllm (or give --vllm PATH, or "
                        "start the server yourself: " + " ".join(server_command(to_start[0], "vllm", share,
@@ -150,17 +141,11 @@ def serving(servers: Sequence[JudgeServer], launcher: str, logs: Path, *, share:
         for server, process, log in started:
             _wait_until_serving(server, process, log, start_timeout, poll)
             say(f"judge {server.judge}: {server.url} serves {server.model}")
-        yield list(servers)
+        yield
     finally:
         for server, process, _ in started:
             _stop(process)
             say(f"judge {server.judge}: server stopped")
-
-
-def _executable(path: str) -> bool:
-    import shutil
-
-    return shutil.which(path) is not None
 
 
 def _wait_until_serving(server: JudgeServer, process: subprocess.Popen, log: Path, timeout: float,
@@ -177,7 +162,7 @@ def _wait_until_serving(server: JudgeServer, process: subprocess.Popen, log: Pat
             if ids is not None:  # its list of models is final: the judge's is in it or never will be
                 if server.model in ids:
                     return
-                raise BadInput(f"judge {server.judge}: {model_problem(server)}")
+                raise BadInput(f"judge {server.judge}: {other_model(server.url, server.model, ids)}")
         if time.monotonic() > deadline:
             raise BadInput(f"judge {server.judge}: its server did not serve at {server.url} within {timeout:g} s "
                            f"(--start-timeout; {answer}); {log}: {_last_line(log)}")

@@ -26,7 +26,6 @@ def environment_problems(name: str, options: dict[str, Any]) -> list[str]:
     """What scorer ``name`` needs around it and does not have, one line each, with what provides it: each
     package of its class's ``requires`` must import (in a process of its own: a package that pins another
     transformers must not break this one), its server (``NAME@URL``, or a ``url`` option) must answer."""
-    from recast_cli.rewards.chat import API_KEY_ENV
     from recast_cli.rewards.registry import scorer_class
 
     cls = scorer_class(name)
@@ -48,11 +47,22 @@ def environment_problems(name: str, options: dict[str, Any]) -> list[str]:
         if why is not None:
             problems.append(f"its server {url} does not answer ({why}); {hint}")
         elif getattr(cls, "served_by", None) is not None:
-            model = options.get("model", inspect.signature(cls).parameters["model"].default)
-            why = served_model_problem(url, str(model), options.get("api_key") or os.environ.get(API_KEY_ENV))
+            _, model, key = served_endpoint(cls, options)
+            why = served_model_problem(url, model, key)
             if why is not None:
                 problems.append(why)
     return problems
+
+
+def served_endpoint(cls: type, options: dict[str, Any]) -> tuple[str, str, str | None]:
+    """(url, the model name its requests carry, API key) of a scorer that scores through a chat server (a
+    class with ``url`` and ``model`` parameters): its options, else its defaults; the key from its
+    ``api_key`` option, else the environment."""
+    from recast_cli.rewards.chat import API_KEY_ENV
+
+    defaults = inspect.signature(cls).parameters
+    return (str(options.get("url", defaults["url"].default)), str(options.get("model", defaults["model"].default)),
+            options.get("api_key") or os.environ.get(API_KEY_ENV) or None)
 
 
 def served_models(url: str, api_key: str | None = None, timeout: float = 10.0) -> tuple[list[str] | None, str]:
@@ -82,8 +92,11 @@ def served_model_problem(url: str, model: str, api_key: str | None = None, timeo
     ids, why = served_models(url, api_key, timeout)
     if ids is None:
         return why
-    if model in ids:
-        return None
+    return None if model in ids else other_model(url, model, ids)
+
+
+def other_model(url: str, model: str, ids: list[str]) -> str:
+    """The line for a server at ``url`` that lists ``ids`` but not ``model``, with the flag that fixes it."""
     return (f"the server at {url} serves {', '.join(ids) or 'no model'}, not {model!r}: start it with "
             f"--served-model-name {model}, or set the judge's model option")
 

@@ -8,6 +8,7 @@ internal error (exit 1).
 import functools
 import importlib
 import math
+import signal
 import sys
 from typing import Any
 
@@ -16,6 +17,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from recast_cli import __version__, threads
+from recast_cli.processes import Stopped, raising_on_stop, signal_name
 from recast_cli.errors import ERROR_LINE_LIMIT, BadInput, cut
 from recast_cli.solve.sinkhorn import SinkhornError
 
@@ -49,8 +51,11 @@ class RecastGroup(TyperGroup):
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         try:
-            code = super().main(args=args, prog_name=prog_name or "recast", complete_var=complete_var,
-                                standalone_mode=False, **extra)
+            with raising_on_stop():
+                code = super().main(args=args, prog_name=prog_name or "recast", complete_var=complete_var,
+                                    standalone_mode=False, **extra)
+        except Stopped as exc:  # SIGINT, SIGTERM or SIGHUP: every clean-up has run on the way here
+            code = _fail(f"recast: stopped by {signal_name(exc.signum)}", exc.code)
         except click_errors.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx else "recast"
             code = _fail(f"{where}: error: {exc.format_message()}", 2)
@@ -74,7 +79,8 @@ class RecastGroup(TyperGroup):
 def finite_floats(command: Any) -> None:
     """Make ``command`` (and, for a group such as ``toy``, each of its commands) refuse a float option
     or argument that is ``inf`` or ``nan`` before it runs: Click reads ``--beta inf`` as a float, and
-    no quantity of recast means anything at infinity (BadInput naming the option). Applied once."""
+    no quantity of recast means anything at infinity (BadInput naming the option). Ctrl-C in a command
+    becomes :class:`Stopped` (SIGINT), ended as SIGTERM and SIGHUP are: one line, exit 130. Applied once."""
     for sub in getattr(command, "commands", {}).values():
         finite_floats(sub)
     callback = getattr(command, "callback", None)
@@ -89,7 +95,10 @@ def finite_floats(command: Any) -> None:
                 if isinstance(item, float) and not math.isfinite(item):
                     name = max(param.opts, key=len) if param.opts else param.name
                     raise BadInput(f"{name} {item}: must be a finite number")
-        return callback(*args, **params)
+        try:
+            return callback(*args, **params)
+        except KeyboardInterrupt:  # Ctrl-C: ends recast as SIGTERM does (Click would swallow it silently)
+            raise Stopped(signal.SIGINT) from None
 
     checked._finite_floats = True  # type: ignore[attr-defined]
     command.callback = checked

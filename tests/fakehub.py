@@ -167,7 +167,8 @@ class FileServer(_Server):
     """``files[path] = bytes``; ``cut[path] = n``: the first request for it closes after n bytes
     (``stall``: hangs there instead); ``denied``: paths answered with 401; ``ignore_range``: every answer
     is 200 and whole; ``endless``: paths answered with a chunked body that never ends (until the client
-    hangs up, or ``ENDLESS_SAFETY`` bytes)."""
+    hangs up, or ``ENDLESS_SAFETY`` bytes); ``trickle``: paths whose body is sent a byte every
+    ``trickle_s`` seconds (each read well within any timeout)."""
 
     ENDLESS_SAFETY = 64 << 20
 
@@ -178,6 +179,8 @@ class FileServer(_Server):
         self.denied: set[str] = set()
         self.ignore_range = False
         self.endless: set[str] = set()
+        self.trickle: set[str] = set()
+        self.trickle_s = 0.05
         super().__init__(_FileHandler)
 
 
@@ -194,6 +197,9 @@ class _FileHandler(BaseHTTPRequestHandler):
         if path in server.endless:
             self._send_endless(path)
             return
+        if path in server.trickle:
+            self._send_trickle(server.files[path], server.trickle_s)
+            return
         if path in server.denied or path not in server.files:
             self.send_response(401 if path in server.denied else 404)
             self.send_header("Content-Length", "0")
@@ -201,6 +207,20 @@ class _FileHandler(BaseHTTPRequestHandler):
             return
         _send_range(self, server.files[path], {}, True, cut_at=server.cut.pop(path, None), stall=server.stall,
                     ignore_range=server.ignore_range)
+
+    def _send_trickle(self, data: bytes, pause: float) -> None:
+        """``data`` whole, its Content-Length declared, one byte every ``pause`` seconds."""
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for i in range(len(data)):
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(pause)
+        except OSError:  # the client hung up: what it should do
+            return
 
     def _send_endless(self, path: str) -> None:
         """A chunked body of prompt lines that goes on until the client hangs up."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,10 @@ EVAL_COLUMNS: dict[str, pa.DataType] = {
 #: What an evaluation table must say about what was evaluated, besides its provenance.
 EVAL_RUN_KEYS = ("setting", "mode", "run", "train_seed", "lambda", "rewards", "weights_key", "sigmas", "checkpoint",
                  "sampling", "prompts_source")
+#: The metadata key of each image's sha256 (hex), in image order: ``--add-judges`` scores only images that
+#: still match it (a table written before recast recorded it has none, and is refused there)
+IMAGE_SHA256 = "image_sha256"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,10 @@ def validate_eval(table: EvalTable, where: str = "evaluation table") -> None:
         raise BadInput(f"{where}: metadata 'lambda' has {len(meta['lambda'])} values for {len(rewards)} rewards")
     if (meta["mode"] == "base") != (meta["checkpoint"] is None):
         raise BadInput(f"{where}: a base evaluation has no checkpoint and a run's evaluation has one")
+    hashes = meta.get(IMAGE_SHA256)
+    if hashes is not None and not (isinstance(hashes, list) and len(hashes) == n and all(
+            isinstance(h, str) and SHA256.fullmatch(h) for h in hashes)):
+        raise BadInput(f"{where}: metadata {IMAGE_SHA256!r} must hold one sha256 (64 hex digits) per image ({n})")
 
 
 def write_eval(path: str | os.PathLike[str], table: EvalTable, *, config: Mapping[str, Any] | None = None,

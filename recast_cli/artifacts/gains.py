@@ -20,8 +20,9 @@ import pyarrow as pa
 
 from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source
 from recast_cli.artifacts.jsonio import json_dumps
+from recast_cli.artifacts.metadata import check_gain_meta
 from recast_cli.artifacts.tables import check_finite, open_parquet, require_columns, require_keys, write_parquet
-from recast_cli.errors import BadInput, shown
+from recast_cli.errors import BadInput
 
 GAINS_SCHEMA = "recast.gains/2"
 #: the earlier version of the schema, read as a table without bootstrap draws or advantage correlations
@@ -185,8 +186,7 @@ def validate_gain_table(table: GainTable, where: str = "gain table") -> None:
         from recast_cli.grid import GridSpec
 
         GridSpec.from_json(table.meta["grid"], where)
-    if table.meta.get("advantage_corr") is not None:
-        check_advantage_corr(table.meta["advantage_corr"], table.rewards, T, where)
+    check_gain_meta(table.meta, table.rewards, T, where)  # the rest, advantage_corr (E14) with it
 
 
 #: the most bootstrap draws a table may record per (reward, step)
@@ -205,26 +205,6 @@ def _check_draws(table: GainTable, where: str) -> None:
     values = np.asarray(draws, dtype=np.float64)
     if not np.isfinite(values).all() or np.any(values < 0):
         raise BadInput(f"{where}: column 'gain_draws' must hold finite non-negative gains")
-
-
-def check_advantage_corr(corr: Any, rewards: tuple[str, ...], T: int, where: str) -> None:
-    """E14's record: ``{"pairs": [[a, b], …], "rho": [[ρ_1 … ρ_T], …], "n": groups}``, one row of ρ per pair of
-    distinct rewards of the table, each ρ in [-1, 1] (or null where a reward did not vary)."""
-    bad = f"{where}: metadata 'advantage_corr' "
-    if not isinstance(corr, dict) or not {"pairs", "rho", "n"} <= set(corr):
-        raise BadInput(bad + "must hold 'pairs', 'rho' and 'n'")
-    pairs, rho, n = corr["pairs"], corr["rho"], corr["n"]
-    if not isinstance(pairs, list) or not isinstance(rho, list) or len(pairs) != len(rho):
-        raise BadInput(bad + "must hold one row of 'rho' per pair")
-    if type(n) is not int or n < 1:
-        raise BadInput(bad + f"'n' must be a positive count of groups, got {shown(n)}")
-    for pair, row in zip(pairs, rho):
-        if (not isinstance(pair, list) or len(pair) != 2 or pair[0] == pair[1]
-                or not all(isinstance(r, str) and r in rewards for r in pair)):
-            raise BadInput(bad + f"names a pair {shown(pair)} that is not two rewards of the table")
-        if not isinstance(row, list) or len(row) != T or not all(
-                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and -1 <= v <= 1) for v in row):
-            raise BadInput(bad + f"must give pair {pair} one correlation in [-1, 1] (or null) per step 1 … {T}")
 
 
 def write_gains(path: str | os.PathLike[str], table: GainTable, *, config: Mapping[str, Any] | None = None,

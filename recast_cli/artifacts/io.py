@@ -161,8 +161,9 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success fsync it and rename it into place.
 
     If the body raises, the temporary file is removed and ``path`` is untouched, so a
-    crashed stage never leaves a half-written artifact. A full disk or quota (ENOSPC, EDQUOT),
-    met by the body's write or by the fsync, is BadInput, one line: the old file is kept. A
+    crashed stage never leaves a half-written artifact. A full disk or quota (ENOSPC, EDQUOT) or the
+    file size limit (EFBIG), met by the body's write or by the fsync, is BadInput, one line: the old
+    file is kept. A
     ``path`` that exists and is not a regular file (a device node, a pipe, a symbolic link) is
     never replaced. An output lock this process holds on ``path`` (``claim_output``) is
     released once ``path`` is written.
@@ -198,10 +199,12 @@ NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 def _refuse_when_full(exc: OSError, out: Path) -> None:
-    """BadInput (one line, exit 2) when ``exc`` says the disk or the quota is full; nothing else."""
-    if exc.errno in NO_SPACE:
+    """BadInput (one line, exit 2) when ``exc`` says the disk or the quota is full, or that the process's file
+    size limit is reached (EFBIG: ``ulimit -f``); nothing else."""
+    if exc.errno in NO_SPACE or exc.errno == errno.EFBIG:
         kept = "the old file is kept" if out.exists() else "nothing was written"
-        raise BadInput(f"no space left writing {out} ({exc.strerror or 'disk full'}); {kept}") from None
+        what = ("the file size limit (ulimit -f) was reached" if exc.errno == errno.EFBIG else "no space left")
+        raise BadInput(f"{what} writing {out} ({exc.strerror or 'disk full'}); {kept}") from None
 
 
 def refuse_non_regular(out: Path) -> None:

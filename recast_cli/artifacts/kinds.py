@@ -22,7 +22,7 @@ from recast_cli.artifacts.metrics import METRICS_SCHEMA, read_metrics
 from recast_cli.artifacts.positives import MANIFEST_NAME, POSITIVES_SCHEMA, Positives, read_positives
 from recast_cli.artifacts.run import CHECKPOINT_SCHEMA, RECORD_NAME, RUN_SCHEMA, read_run
 from recast_cli.artifacts.scores import SCORES_SCHEMA, read_scores
-from recast_cli.artifacts.tables import current_tag
+from recast_cli.artifacts.tables import current_tag, require_file
 from recast_cli.artifacts.weights import WEIGHTS_SCHEMA, read_weights
 from recast_cli.errors import BadInput
 
@@ -30,8 +30,7 @@ from recast_cli.errors import BadInput
 def artifact_kind(path: str | os.PathLike[str]) -> str:
     """'parquet' or 'safetensors' from the file's first bytes; BadInput for anything else."""
     p = Path(path)
-    if not p.is_file():
-        raise BadInput(f"{p}: no such file")
+    require_file(p)
     with open(p, "rb") as fh:
         head = fh.read(9)
     if head[:4] == b"PAR1":

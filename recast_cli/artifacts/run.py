@@ -18,15 +18,17 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.artifacts.io import PROVENANCE_KEYS, Provenance, Source, atomic_write_bytes, sha256_file
 from recast_cli.artifacts.jsonio import json_loads
 from recast_cli.artifacts.weights import MODES
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, cut
 
 RUN_SCHEMA = "recast.run/1"
 CHECKPOINT_SCHEMA = "recast.checkpoint/1"
@@ -38,6 +40,18 @@ CHECKPOINTS = "checkpoints"
 LORA_FILE = "pytorch_lora_weights.safetensors"
 FULL_FILE = "diffusion_pytorch_model.safetensors"
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
+#: beside ``made_from`` (label → digest of the [policy] and [world] a run trained), what each digest is of
+#: (``setting.load.policy_values``): a setting edited since is refused naming the key that changed
+MADE_FROM_VALUES = "made_from_values"
+#: the one flag of ``evaluate --run``, ``sample --run`` and ``evaluate --add-judges`` that uses a setting
+#: edited since the run trained (or the images were made) all the same; what changed is recorded in the output
+ALLOW_SETTING_CHANGE = "--allow-setting-change"
+#: the key of an output's provenance config listing what of the setting changed and was accepted
+SETTING_CHANGES = "setting_changes"
+#: how many changed keys a refusal names (the rest are counted)
+_NAMED_CHANGES = 4
+#: the characters a changed value is shown in
+_VALUE_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -222,9 +236,88 @@ def run_record(run: Path, where: str) -> RunRecord:
         if exc.problem == "missing":
             raise BadInput(f"{where}: not a recast train run folder (no {RECORD_NAME})") from None
         raise
-    if not Path(record.setting).is_file():
-        raise BadInput(f"{where}: the run's setting {record.setting} (from {run / RECORD_NAME}) is not there")
+    problem = file_problem(record.setting)
+    if problem:
+        raise BadInput(f"{where}: the run's setting {record.setting} (from {run / RECORD_NAME}) {problem}")
     return record
+
+
+def file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be read as a regular file (``is not there``, ``is not a regular file``: a FIFO,
+    a folder, a device), or None. Only stat'ed: a FIFO there never blocks."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return "is not there"
+    except (OSError, ValueError) as exc:
+        return f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+    return None if stat.S_ISREG(info.st_mode) else "is not a regular file"
+
+
+# --------------------------------------------------------------------------- a setting edited since
+
+
+def setting_changes(recorded: Mapping[str, Any], now: Mapping[str, str],
+                    now_values: Mapping[str, Any]) -> list[str] | None:
+    """What of a setting's [policy] and [world] differs from what an output recorded when it was made.
+
+    ``recorded`` holds ``made_from`` (label → digest) and ``made_from_values`` (what each digest is of):
+    a run's ``run.json`` config, an evaluation's metadata. ``now`` and ``now_values``: the same of the
+    setting as it is (``setting.load.policy_inputs`` and ``policy_values``). One line a changed key,
+    ``[policy] resolution 32 -> 48``; the label alone where only its digest was recorded. Labels the
+    setting does not digest (a run's ``[train] prompts``: what it trained on, not what it samples) are
+    not compared. None where nothing was recorded (an older recast's output)."""
+    made, values = recorded.get(MADE_FROM), recorded.get(MADE_FROM_VALUES)
+    if not isinstance(made, dict):
+        return None
+    values = values if isinstance(values, dict) else {}
+    changes: list[str] = []
+    for label, digest in now.items():
+        if made.get(label) == digest:
+            continue
+        old, new = values.get(label, _MISSING), now_values.get(label)
+        if isinstance(old, dict) and isinstance(new, dict):
+            keys = [k for k in sorted({*old, *new}) if old.get(k, _MISSING) != new.get(k, _MISSING)]
+            changes.extend(f"{label} {cut(json.dumps(k)[1:-1], _VALUE_CHARS)} {_value(old.get(k, _MISSING))} -> "
+                           f"{_value(new.get(k, _MISSING))}" for k in keys)
+            if keys:
+                continue
+        elif old is not _MISSING and old != new:
+            changes.append(f"{label} {_value(old)} -> {_value(new)}")
+            continue
+        changes.append(f"{label} (not recorded)" if label not in made else
+                       f"{label} (only its digest was recorded)" if old is _MISSING else
+                       f"{label} (its digest differs from the record)")
+    return changes
+
+
+def refuse_setting_change(recorded: Mapping[str, Any], now: Mapping[str, str], now_values: Mapping[str, Any], *,
+                          where: str, setting: str | os.PathLike[str], since: str, allow: bool) -> list[str]:
+    """BadInput, one line naming ``setting``, ``since`` when (``the run trained``) and the keys that changed
+    (:func:`setting_changes`), unless nothing did or ``allow`` (:data:`ALLOW_SETTING_CHANGE`) accepts it.
+    Returns what was accepted, for the caller to record in its output (empty when nothing changed)."""
+    changes = setting_changes(recorded, now, now_values)
+    if changes is None:
+        changes = [f"{', '.join(now)} not recorded (made by an older recast)"]
+        if not allow:
+            raise BadInput(f"{where}: made by an older recast, which did not record the {' and '.join(now)} it was "
+                           f"made with; pass {ALLOW_SETTING_CHANGE} to use {setting} as it is")
+    if changes and not allow:
+        named = changes[:_NAMED_CHANGES] + ([f"{len(changes) - _NAMED_CHANGES} more"]
+                                            if len(changes) > _NAMED_CHANGES else [])
+        raise BadInput(f"{where}: {setting} changed since {since}: {'; '.join(named)}; pass {ALLOW_SETTING_CHANGE} "
+                       "to use it as it is")
+    return changes
+
+
+_MISSING = object()
+
+
+def _value(value: Any) -> str:
+    """A recorded value in a change line: JSON (control characters escaped), cut; ``unset`` for none."""
+    if value is _MISSING or value is None:
+        return "unset"
+    return cut(json.dumps(value, sort_keys=True), _VALUE_CHARS)
 
 
 def run_checkpoint(run: Path, where: str, *, step: int | None = None, record: bool = True,

@@ -30,10 +30,16 @@ def check_finite(name: str, values: np.ndarray, where: str, rewards: Sequence[st
         raise BadInput(f"{where}: column {name!r} has NaN or inf{at}")
 
 
-def read_parquet(path: Path) -> pa.Table:
-    """The table of a Parquet file; BadInput when it is missing or unreadable."""
+def require_file(path: Path) -> None:
+    """BadInput unless ``path`` is a regular file (or a link to one): a missing path is "no such file", a
+    folder, device or FIFO (``/dev/zero``: endless; a FIFO: blocks) "not a regular file", never read."""
     if not path.is_file():
-        raise BadInput(f"{path}: no such file")
+        raise BadInput(f"{path}: {'not a regular file' if path.exists() else 'no such file'}")
+
+
+def read_parquet(path: Path) -> pa.Table:
+    """The table of a Parquet file; BadInput when it is missing, not a regular file or unreadable."""
+    require_file(path)
     try:
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:

@@ -24,7 +24,8 @@ from safetensors.numpy import save as st_save
 
 from recast_cli.artifacts.io import Provenance, Source, atomic_write_bytes
 from recast_cli.artifacts.jsonio import json_dumps, json_loads
-from recast_cli.artifacts.tables import check_finite, require_keys, require_schema
+from recast_cli.artifacts.metadata import check_weights_info, is_number
+from recast_cli.artifacts.tables import check_finite, require_file, require_keys, require_schema
 from recast_cli.errors import BadInput, shown
 
 WEIGHTS_SCHEMA = "recast.weights/1"
@@ -130,6 +131,7 @@ def validate_weights(w: WeightMatrix, where: str = "weight matrix") -> None:
                 raise BadInput(f"{where}: tensor {name!r} has negative entries")
         if np.any(w.band[0] > w.band[1]):
             raise BadInput(f"{where}: tensor 'W_lo' exceeds 'W_hi' somewhere")
+    check_weights_info(w.info, w.rewards, w.T, KERNELS, where)
 
 
 #: Tolerance of the marginals a W file must meet against its own metadata.
@@ -199,8 +201,7 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
     """Read and validate a ``recast.weights/1`` safetensors file."""
     p = Path(path)
     where = str(p)
-    if not p.is_file():
-        raise BadInput(f"{where}: no such file")
+    require_file(p)
     data = p.read_bytes()
     try:
         tensors = st_load(data)
@@ -228,12 +229,14 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
             raise BadInput(f"{where}: no tensor {name!r}")
     if meta["T"] != tensors["W"].shape[-1]:
         raise BadInput(f"{where}: metadata T = {meta['T']} but W has {tensors['W'].shape[-1]} columns")
-    try:
-        lam = tuple(float(x) for x in meta["lambda"])
-        sigmas = np.asarray(meta["sigmas"], dtype=np.float64)
-        tau = float(meta["tau"])
-    except (TypeError, ValueError):
-        raise BadInput(f"{where}: metadata 'lambda', 'sigmas' and 'tau' must be numbers") from None
+    numbers = [meta["tau"]] + [x for key in ("lambda", "sigmas") if isinstance(meta[key], list) for x in meta[key]]
+    if not (isinstance(meta["lambda"], list) and isinstance(meta["sigmas"], list) and all(map(is_number, numbers))):
+        raise BadInput(f"{where}: metadata 'lambda' and 'sigmas' must be lists of numbers, 'tau' a number")
+    lam = tuple(float(x) for x in meta["lambda"])
+    sigmas = np.asarray(meta["sigmas"], dtype=np.float64)
+    tau = float(meta["tau"])
+    if not isinstance(meta["rewards"], list) or not all(isinstance(r, str) for r in meta["rewards"]):
+        raise BadInput(f"{where}: metadata 'rewards' must be a list of reward names, got {shown(meta['rewards'])}")
     trained_steps = meta.get("trained_steps")
     if trained_steps is not None:
         if not isinstance(trained_steps, list) or not all(type(t) is int for t in trained_steps):
@@ -242,7 +245,7 @@ def read_weights(path: str | os.PathLike[str]) -> WeightMatrix:
     w = WeightMatrix(
         W=tensors["W"],
         gain=tensors["gain"],
-        rewards=tuple(str(r) for r in meta["rewards"]),
+        rewards=tuple(meta["rewards"]),
         lam=lam,
         mode=meta["mode"],
         tau=tau,

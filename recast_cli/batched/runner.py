@@ -402,11 +402,14 @@ def run_study(plan: StudyPlan, quiet: bool = False, shard: tuple[int, int] = (0,
 
 @contextlib.contextmanager
 def _shared(path: Path):
-    """An exclusive flock on ``path`` held for the block; a second process waits for it (not refused)."""
+    """An exclusive flock on ``path`` held for the block; a second process waits for it (not refused). The
+    lock is a regular file of recast's own (a link, FIFO or folder there is refused)."""
     import fcntl
 
+    from recast_cli.artifacts.regular import open_append
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
+    with open_append(path, "the lock file", text=True) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

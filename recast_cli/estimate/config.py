@@ -120,6 +120,9 @@ def check_gain_options(opts: GainOptions) -> None:
     if opts.monotone not in MONOTONE:
         raise BadInput(f"--monotone must be one of {', '.join(MONOTONE)}")
     bounds.check("bootstrap", opts.bootstrap, "--bootstrap")
+    if opts.bootstrap == 1:  # its intervals would have zero width, and the table no draws for solve-w
+        raise BadInput("--bootstrap 1: one resample measures no spread (zero-width intervals, no draws for solve-w); "
+                       "give 0 (none) or 2 and more")
     if opts.bootstrap_over not in BOOTSTRAP_OVER:
         raise BadInput(f"--bootstrap-over must be one of {', '.join(BOOTSTRAP_OVER)}, got {shown(opts.bootstrap_over)}")
 

@@ -127,6 +127,11 @@ def run_rollouts(cfg: EstimateConfig, out: Path, shard: tuple[int, int] = (0, 1)
         if procs.rank > 0:
             return None
         return _gather(cfg, world, parts, wanted, out, run_id=run_id, shard=shard)
+    except BaseException:
+        if lock is not None and not any(parts_dir(out).glob(PIECES)):  # nothing to resume: no folder left over
+            lock.release()
+            finish_parts(out, ())
+        raise
     finally:
         if lock is not None:
             lock.release()

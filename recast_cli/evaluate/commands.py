@@ -37,6 +37,10 @@ def evaluate_command(
                                                                           "--run (a recast.curve/1 table)."),
     sampler: Optional[str] = typer.Option(None, "--sampler", help="flow1d: sde (the training sampler), ode, "
                                                                   "or sde,ode (default ode)."),
+    allow_setting_change: bool = typer.Option(False, "--allow-setting-change",
+                                              help="Use the run's setting (with --add-judges: the evaluation's) "
+                                                   "although its [policy] or [world] changed since the run trained "
+                                                   "(the images were made); recorded in the output."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Evaluate the base model or a trained run: ODE samples of held-out prompts, rewards and judges per image
@@ -54,7 +58,8 @@ def evaluate_command(
                                           ("--checkpoints", checkpoints), ("--sampler", sampler)) if value is not None]
         if given:
             raise BadInput(f"--add-judges scores the images an evaluation saved: {', '.join(given)} do not apply")
-        table = add(add_judges, None if judges is None else parse_judges(judges), batch_size, device, quiet)
+        table = add(add_judges, None if judges is None else parse_judges(judges), batch_size, device, quiet,
+                    allow_setting_change=allow_setting_change)
         judged = [s for s, k in zip(table.scorers, table.kinds) if k == "judge"]
         out.print(f"{add_judges}: {len(table.images)} images, judges {', '.join(judged)} "
                   + ", ".join(f"{s} {table.column(s).mean():.4f}" for s in judged))
@@ -63,7 +68,7 @@ def evaluate_command(
         raise BadInput("--out is required (or --add-judges EVAL)")
     plan, table = run_evaluation(run, setting, out_path, checkpoint=checkpoint, checkpoints=checkpoints,
                                  sampler=sampler, judges=judges, n=n, seed=seed, batch_size=batch_size, device=device,
-                                 quiet=quiet)
+                                 quiet=quiet, allow_setting_change=allow_setting_change)
     if not isinstance(plan, EvalPlan):
         _print_curve(plan, table, out_path)
         return

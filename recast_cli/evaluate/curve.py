@@ -27,6 +27,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from recast_cli.artifacts import CURVE_SAMPLERS, CURVE_SCHEMA, CurveTable, Source, claim_output, write_curve
+from recast_cli.artifacts.run import SETTING_CHANGES
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
 from recast_cli.evaluate.target import Target
@@ -134,7 +135,8 @@ def evaluate_curve(plan: CurvePlan, quiet: bool = False) -> CurveTable:
     if plan.target.run is not None:
         sources.append(Source.of(plan.target.run / "run.json"))
     config = {"evaluate": {"n": plan.cfg.n, "seed": plan.cfg.seed, "batch_size": plan.cfg.batch_size,
-                           "steps": list(plan.steps), "samplers": list(plan.samplers)}}
+                           "steps": list(plan.steps), "samplers": list(plan.samplers)},
+              SETTING_CHANGES: list(plan.target.setting_changes)}  # accepted with --allow-setting-change
     provenance = write_curve(plan.out, table, config=config, sources=sources)
     return replace(table, provenance=provenance)
 

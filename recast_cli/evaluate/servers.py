@@ -13,7 +13,10 @@ WEIGHTS, and every request would be a 404). The server's output goes to ``LOGS/J
 environment, never on its command line; the judges' ``PYTHONPATH`` (their side package sets) is not
 passed to it, as vLLM brings its own transformers. The command starts once every such server answers ``GET
 {url}/models`` and lists the judge's model; the servers are stopped when it ends, however it ends
-(SIGTERM to the server's process group, SIGKILL after a grace). A server that already answers is used
+(:mod:`recast_cli.processes`: the servers and the command each run in a process group of their own;
+Ctrl-C, SIGTERM or SIGHUP to recast reaches the command's group, and the servers' groups get SIGTERM, then
+SIGKILL after a grace; recast exits 128 + the signal). The log is a regular file of recast's own: a
+symbolic link, FIFO or hard link at its name is refused. A server that already answers is used
 as it is, after the same check of its model; one on another host is the user's to start. Without a
 command the servers run until interrupted.
 """
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from recast_cli import processes
+from recast_cli.artifacts.regular import open_append
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import config_from_setting
 from recast_cli.setting.environment import (other_model, served_endpoint, served_model_problem, served_models,
@@ -126,26 +130,35 @@ def serving(servers: Sequence[JudgeServer], launcher: str, logs: Path, *, share:
     started: list[tuple[JudgeServer, subprocess.Popen, Path]] = []
     try:
         for server in to_start:
-            logs.mkdir(parents=True, exist_ok=True)
-            log = logs / f"{server.judge}.log"
-            # its own environment: not the judges' side package sets (PYTHONPATH: another transformers)
-            env = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "PYTHONPATH", "PYTHONHOME")}
-            if server.api_key:
-                env["VLLM_API_KEY"] = server.api_key
-            command = server_command(server, launcher, share, max_model_len)
-            with open(log, "ab") as sink:
-                process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           env=env, start_new_session=True)
-            started.append((server, process, log))
-            say(f"judge {server.judge}: started {' '.join(command)} (pid {process.pid}; log {log})")
+            started.append(_start(server, launcher, logs, share, max_model_len, say))
         for server, process, log in started:
             _wait_until_serving(server, process, log, start_timeout, poll)
             say(f"judge {server.judge}: {server.url} serves {server.model}")
         yield
     finally:
         for server, process, _ in started:
-            _stop(process)
+            processes.stop(process, grace=STOP_GRACE)
             say(f"judge {server.judge}: server stopped")
+
+
+def _start(server: JudgeServer, launcher: str, logs: Path, share: float, max_model_len: int,
+           say) -> tuple[JudgeServer, subprocess.Popen, Path]:
+    """Start ``server``'s process (its own process group, stopped if recast dies), its output appended to
+    ``LOGS/JUDGE.log``: a regular file of recast's own (never a link, a FIFO or another name of a file)."""
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--logs {logs}: cannot create it ({exc.strerror or exc})") from None
+    log = logs / f"{server.judge}.log"
+    # its own environment: not the judges' side package sets (PYTHONPATH: another transformers)
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "PYTHONPATH", "PYTHONHOME")}
+    if server.api_key:
+        env["VLLM_API_KEY"] = server.api_key
+    command = server_command(server, launcher, share, max_model_len)
+    with open_append(log, f"judge {server.judge}'s log") as sink:
+        process = processes.start(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    say(f"judge {server.judge}: started {' '.join(command)} (pid {process.pid}; log {log})")
+    return server, process, log
 
 
 def _wait_until_serving(server: JudgeServer, process: subprocess.Popen, log: Path, timeout: float,
@@ -177,22 +190,6 @@ def _last_line(log: Path) -> str:
     return " ".join((lines[-1] if lines else "empty").split())[:200]
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (vLLM's engine runs in children), SIGKILL after STOP_GRACE."""
-    if process.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_with_servers(setting: Setting, command: Sequence[str], launcher: str, logs: Path, **options) -> int:
     """Run ``command`` while the setting's judge servers run (:func:`serving`); its exit code. Without a
     command, serve until interrupted (exit 0)."""
@@ -202,16 +199,13 @@ def run_with_servers(setting: Setting, command: Sequence[str], launcher: str, lo
             if not servers:
                 print(f"{setting.file.name}: no judge of [evaluate] judges is served by a server recast starts")
                 return 0
-            print("serving until interrupted (Ctrl-C stops the servers)")
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                return 0
+            print("serving until interrupted (Ctrl-C, SIGTERM or SIGHUP stops the servers)")
+            while True:
+                time.sleep(3600)
         sys.stdout.flush()
-        try:
-            return subprocess.run(list(command)).returncode
+        try:  # in a process group of its own: a stop signal reaches it once, from here, and all it started
+            return processes.run(command, grace=STOP_GRACE)
         except FileNotFoundError:
             raise BadInput(f"{command[0]}: no such command") from None
-        except KeyboardInterrupt:
-            return 130
+        except PermissionError:
+            raise BadInput(f"{command[0]}: not an executable") from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import io
 import json
 import math
 import os
@@ -46,6 +47,8 @@ from recast_cli.artifacts import (
     parts_dir,
     write_eval,
 )
+from recast_cli.artifacts.evaluation import IMAGE_SHA256, SHA256
+from recast_cli.artifacts.run import MADE_FROM, MADE_FROM_VALUES, SETTING_CHANGES
 from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
@@ -89,12 +92,14 @@ def parse_judges(text: str) -> tuple[str, ...]:
 def run_evaluation(run: Path | None, setting: str | None, out: Path, *, checkpoint: int | None = None,
                    checkpoints: str | None = None, sampler: str | None = None, judges: str | None = None,
                    n: int | None = None, seed: int | None = None, batch_size: int | None = None,
-                   device: str | None = None, quiet: bool = False) -> tuple[Any, Any]:
+                   device: str | None = None, quiet: bool = False,
+                   allow_setting_change: bool = False) -> tuple[Any, Any]:
     """``recast evaluate``, the one entry its command calls: the target (``--run`` or ``--setting``)
-    resolved once, then the images of an image policy (:func:`plan_evaluation`, :func:`evaluate`), or
-    the 1-D world's reward curves (``evaluate/curve``). Returns the plan and the table written:
-    an (``EvalPlan``, ``EvalTable``), or a (``CurvePlan``, ``CurveTable``)."""
-    target = resolve_target(run, setting, checkpoint)
+    resolved once (a run's setting edited since it trained refused unless ``allow_setting_change``), then
+    the images of an image policy (:func:`plan_evaluation`, :func:`evaluate`), or the 1-D world's reward
+    curves (``evaluate/curve``). Returns the plan and the table written: an (``EvalPlan``, ``EvalTable``),
+    or a (``CurvePlan``, ``CurveTable``)."""
+    target = resolve_target(run, setting, checkpoint, allow_setting_change=allow_setting_change)
     if target.setting.policy.kind == "flow1d":
         from recast_cli.evaluate.curve import evaluate_curve, plan_curve
 
@@ -332,20 +337,20 @@ def _evaluate(plan: EvalPlan, world: EvalWorld, quiet: bool) -> EvalTable:
                     progress.advance(task, len(chunk))
                     continue
                 pictures = sample_chunk(world, chunk)
-                for im, picture in zip(chunk, pictures):
-                    path = staged / Path(im.image_path).relative_to(images_dir(plan.out).name)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    picture.save(path, format="PNG")
+                hashes = [_save_png(picture, staged / Path(im.image_path).relative_to(images_dir(plan.out).name))
+                          for im, picture in zip(chunk, pictures)]
                 scores = score_chunk(plan, world, pictures, [im.prompt for im in chunk])
                 # written last: a chunk counts as done only with its images and every score on disk
                 atomic_write_bytes(chunk_file(c), json.dumps({"image_ids": [im.image_id for im in chunk],
-                                                              "scores": scores}).encode())
+                                                              "scores": scores, "sha256": hashes}).encode())
                 progress.advance(task, len(chunk))
-        rows = []
+        rows, hashes = [], []
         for c, chunk in enumerate(chunks):
-            rows.extend(_read_chunk(chunk_file(c), chunk, labels).T)
+            done, digests = _read_chunk(chunk_file(c), chunk, labels)
+            rows.extend(done.T)
+            hashes.extend(digests)
         table = EvalTable(images=tuple(images), scorers=tuple(labels), kinds=tuple(k for _, k in plan.scorers),
-                          scores=np.stack(rows), meta=_metadata(plan, world, rid))
+                          scores=np.stack(rows), meta={**_metadata(plan, world, rid), IMAGE_SHA256: hashes})
         final = images_dir(plan.out)
         if staged.is_dir():  # a rerun after a crash past this point finds the images already moved
             if final.exists():
@@ -359,9 +364,19 @@ def _evaluate(plan: EvalPlan, world: EvalWorld, quiet: bool) -> EvalTable:
     return table
 
 
-def _read_chunk(path: Path, chunk: Sequence[EvalImage], labels: Sequence[str]) -> np.ndarray:
-    """A finished chunk's scores [scorer, image] from OUT.parts/, or BadInput naming the file: unreadable
-    (truncated) JSON, other images than the chunk's, or not one number per image for every scorer."""
+def _save_png(picture: Image.Image, path: Path) -> str:
+    """Save an evaluated image as PNG at ``path``; its sha256 (recorded: ``--add-judges`` checks it)."""
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(buffer.getvalue())
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
+def _read_chunk(path: Path, chunk: Sequence[EvalImage], labels: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """A finished chunk's scores [scorer, image] and its images' sha256 from OUT.parts/, or BadInput naming
+    the file: unreadable (truncated) JSON, other images than the chunk's, not one number per image for every
+    scorer, or not one sha256 per image (a chunk of an older recast: delete it)."""
     try:
         done = json_loads(path.read_bytes().decode("utf-8"), str(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -375,13 +390,19 @@ def _read_chunk(path: Path, chunk: Sequence[EvalImage], labels: Sequence[str]) -
                        for x in scores[label])
             for label in labels):
         raise bad_piece(path, f"it does not hold {len(chunk)} scores for each of {', '.join(labels)}")
-    return np.array([scores[label] for label in labels], dtype=np.float64)
+    hashes = done.get("sha256")
+    if not isinstance(hashes, list) or len(hashes) != len(chunk) or not all(
+            isinstance(h, str) and SHA256.fullmatch(h) for h in hashes):
+        raise bad_piece(path, f"it does not hold the sha256 of each of its {len(chunk)} images")
+    return np.array([scores[label] for label in labels], dtype=np.float64), hashes
 
 
 # ------------------------------------------------------------------ 4. the record
 
 
 def _metadata(plan: EvalPlan, world: EvalWorld, rid: str) -> dict[str, Any]:
+    from recast_cli.setting.load import policy_inputs, policy_values
+
     target = plan.target
     config = target.run_record.config if target.run_record is not None else {}
     checkpoint = None
@@ -403,6 +424,8 @@ def _metadata(plan: EvalPlan, world: EvalWorld, rid: str) -> dict[str, Any]:
                      "noise_level": 0.0, "seed_rule": f"seed + {IMAGE_STRIDE}·prompt_id + k"},
         "prompts_source": plan.cfg.prompts,
         "run_id": rid,
+        # what the images were made with: --add-judges refuses the setting edited since (artifacts.run)
+        MADE_FROM: policy_inputs(target.setting), MADE_FROM_VALUES: policy_values(target.setting),
     }
 
 
@@ -410,7 +433,8 @@ def _config(plan: EvalPlan, world: EvalWorld) -> dict[str, Any]:
     cfg = asdict(plan.cfg)
     cfg.update(steps=world.steps, guidance_scale=world.guidance_scale)
     return {"evaluate": cfg, "scorers": [{"name": _label(n), "kind": k} for n, k in plan.scorers],
-            "options": _public(plan.options), "device": str(world.policy.device)}
+            "options": _public(plan.options), "device": str(world.policy.device),
+            SETTING_CHANGES: list(plan.target.setting_changes)}
 
 
 def _sources(plan: EvalPlan, world: EvalWorld) -> list[Source]:

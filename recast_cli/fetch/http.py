@@ -29,6 +29,7 @@ import http.client
 import json
 import os
 import stat
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -42,6 +43,10 @@ from recast_cli.errors import BadInput
 CHUNK = 1 << 16
 ATTEMPTS = 5
 TIMEOUT_S = 60.0
+#: The slowest a download may be, on average over a request once ``TIMEOUT_S`` has passed: a server that
+#: trickles its body (a byte every few seconds, each read within its timeout) is cut off and retried,
+#: not waited on for days. 8 KiB/s moves the largest pinned prompt file (2.9 MB) in six minutes.
+MIN_RATE = 8 << 10
 #: The most bytes a prompt file without a pinned size may have (the largest pinned one is 2.9 MB):
 #: a server that sends more (an endless body) is cut off there.
 MAX_UNPINNED_BYTES = 64 << 20
@@ -344,12 +349,17 @@ def _transfer(url: str, part: PartFile, limit: int, advance: Callable[[int], Non
         expected = have + int(length) if length.isdigit() else None
         if expected is not None and expected > limit:
             raise _too_big(url, part, limit)
+        started, first = time.monotonic(), have
         for block in iter(lambda: response.read1(CHUNK), b""):
             have += len(block)
             if have > limit:
                 raise _too_big(url, part, limit)
             part.write(block)
             advance(len(block))
+            elapsed = time.monotonic() - started
+            if elapsed > TIMEOUT_S and (have - first) / elapsed < MIN_RATE:
+                raise TimeoutError(f"the server sent {have - first} bytes in {elapsed:.0f} s, slower than "
+                                   f"{MIN_RATE >> 10} KiB/s")
         part.sync()
     return expected is None or have >= expected
 

@@ -297,13 +297,24 @@ def recorded_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.recast-sha256")
 
 
+#: The most bytes a sha256 record may have: 64 hex digits, two spaces, a file name (at most 255 bytes) and
+#: a newline. A larger file there is not a record recast wrote and is refused unread.
+RECORD_MAX_BYTES = 512
+
+
 def recorded_sha256(target: Path) -> str | None:
-    """The sha256 recorded for ``target`` at its first verified download; None when none was recorded."""
+    """The sha256 recorded for ``target`` at its first verified download; None when none was recorded. The
+    record is opened as a regular file of recast's own (no link, FIFO or folder) and read only up to
+    :data:`RECORD_MAX_BYTES`."""
+    from recast_cli.artifacts.regular import open_regular
+
     record = recorded_path(target)
     if not os.path.lexists(record):
         return None
-    refuse_non_regular(record)
-    words = record.read_text(encoding="utf-8", errors="replace").split()
+    fd = open_regular(record, "the sha256 record", write=False, create=False)
+    with open(fd, "rb") as fh:
+        raw = fh.read(RECORD_MAX_BYTES + 1)
+    words = raw.decode("utf-8", errors="replace").split() if len(raw) <= RECORD_MAX_BYTES else []
     if len(words) != 2 or not SHA256.fullmatch(words[0]) or words[1] != target.name:
         raise BadInput(f"{record} is not the sha256 record recast writes for {target.name}; remove it and fetch "
                        "again to record it anew")
@@ -353,6 +364,8 @@ def claim_prompt_file(path: Path, pin: PromptFile) -> bool:
     hold_output_lock(path)  # first: a second fetch of the same file is told so, not that its part is foreign
     try:
         check_part(path)  # before any download: a file recast did not make at its partial-file names is refused
+        if pin.sha256 is None:  # and where its sha256 will be recorded: refused now, not once the file is in place
+            refuse_non_regular(recorded_path(path))
     except BadInput:
         release_output_lock(path)
         raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +28,15 @@ def to_pil(images: torch.Tensor) -> list[Image.Image]:
     return [Image.fromarray(a) for a in array]
 
 
-def png_bytes(image: Image.Image) -> bytes:
-    """The PNG of one sampled image, tagged as recast's (a later run may replace it, nothing else)."""
+def png_bytes(image: Image.Image, notes: Mapping[str, str] | None = None) -> bytes:
+    """The PNG of one sampled image, tagged as recast's (a later run may replace it, nothing else), with
+    ``notes`` as text chunks (``setting_changes``: what of a run's setting changed since it trained)."""
     from PIL.PngImagePlugin import PngInfo
 
     info = PngInfo()
     info.add_text(PNG_SCHEMA_KEY, IMAGE_SCHEMA)
+    for key, value in (notes or {}).items():
+        info.add_text(key, value)
     buf = io.BytesIO()
     image.save(buf, format="PNG", pnginfo=info)
     return buf.getvalue()
@@ -58,7 +61,7 @@ def check_outputs(prompts: Sequence[str], n: int, out_dir: str | Path, seed: int
 GRID_NAME = "grid.png"
 
 
-def write_grid(paths: Sequence[Path], n: int, out_dir: str | Path) -> Path:
+def write_grid(paths: Sequence[Path], n: int, out_dir: str | Path, notes: Mapping[str, str] | None = None) -> Path:
     """The samples tiled, one row per prompt and ``n`` columns (``paths`` prompt-major), as ``OUT/grid.png``."""
     from PIL import Image
 
@@ -69,13 +72,14 @@ def write_grid(paths: Sequence[Path], n: int, out_dir: str | Path) -> Path:
     for k, image in enumerate(images):
         grid.paste(image, ((k % n) * w, (k // n) * h))
     out = Path(out_dir) / GRID_NAME
-    atomic_write_bytes(out, png_bytes(grid))
+    atomic_write_bytes(out, png_bytes(grid, notes))
     return out
 
 
 def sample_images(policy: FlowPolicy, prompts: Sequence[str], n: int, out_dir: str | Path, seed: int = 0,
-                  noise_level: float = 0.0, batch: int = 8) -> list[Path]:
-    """``n`` images per prompt; image i of a prompt uses seed ``seed + i`` (reproducible one by one)."""
+                  noise_level: float = 0.0, batch: int = 8, notes: Mapping[str, str] | None = None) -> list[Path]:
+    """``n`` images per prompt; image i of a prompt uses seed ``seed + i`` (reproducible one by one); ``notes``
+    as each PNG's text chunks (:func:`png_bytes`)."""
     out_dir = Path(out_dir)
     jobs = [(p, i) for p in prompts for i in range(n)]
     written = []
@@ -89,7 +93,7 @@ def sample_images(policy: FlowPolicy, prompts: Sequence[str], n: int, out_dir: s
             latents = policy.sample(cond, noise_level, seeds, keep_log_probs=False).states[:, -1]
             for (prompt, i), image in zip(chunk, to_pil(policy.decode(latents))):
                 path = image_path(out_dir, prompt, seed + i)
-                atomic_write_bytes(path, png_bytes(image))
+                atomic_write_bytes(path, png_bytes(image, notes))
                 written.append(path)
             progress.update(task, advance=len(chunk))
     return written

@@ -1,12 +1,14 @@
 """What the image-API sources share: the key from the environment, retries with backoff, bounded concurrency.
 
 A request ends in one of four ways: an image; a refusal of the prompt (content policy), which
-is recorded and skips the prompt; a transient failure (429, 5xx, timeout, a broken connection
-or an answer that does not decode), retried after ``backoff·2^k`` seconds (k = 0, 1, ...;
-at least the server's Retry-After; at most ``max_delay``) until ``retries`` run out, then
-counted as failed so a rerun resumes it; or a permanent error (bad key, unknown model), which
-stops the run with one line. Keys are read from the environment only, and scrubbed from every
-message; nothing else of them is kept.
+is recorded and skips the prompt; a transient failure (429, 5xx, no whole answer within the
+request's deadline, a broken connection or an answer that does not decode), retried after
+``backoff·2^k`` seconds (k = 0, 1, ...; at least the server's Retry-After; at most ``max_delay``)
+until ``retries`` run out, then counted as failed so a rerun resumes it; or a permanent error
+(bad key, unknown model, an answer over the size cap), which stops the run with one line. Each
+request has one deadline for the whole of it (``RetryPolicy.timeout``) and a cap on its
+answer's bytes (:mod:`.deadline`). Keys are read from the environment only, and scrubbed from
+every message; nothing else of them is kept.
 """
 
 from __future__ import annotations
@@ -48,6 +50,19 @@ class Transient(Exception):
     def __init__(self, reason: str, retry_after: float | None = None):
         super().__init__(reason)
         self.retry_after = retry_after
+
+
+class PastDeadline(Transient):
+    """No whole answer within the request's deadline (``RetryPolicy.timeout``, :mod:`.deadline`): retried
+    like any timeout, the server may answer in time on the next try."""
+
+
+class AnswerTooLarge(Exception):
+    """An answer over :data:`.deadline.MAX_ANSWER_BYTES`: permanent, it stops the run with one line. Not a
+    broken connection but a whole answer the server chose to send; the same request would get it again, each
+    try costing up to the cap (and a worker's memory), and nothing of that size is one image's answer: the
+    endpoint is not the image API it should be. Not a ValueError (BadInput is one), so that the sources' own
+    ``except ValueError`` lets it through to :meth:`ApiSource._one`."""
 
 
 def env_key(*names: str) -> str:
@@ -119,6 +134,8 @@ class ApiSource(PositiveSource):
                 time.sleep(self.retry.delay(attempt, exc.retry_after))
             except BadInput as exc:
                 raise BadInput(self.scrub(str(exc))) from None
+            except AnswerTooLarge as exc:
+                raise BadInput(self.scrub(f"{self.name}: {exc}")) from None
         raise AssertionError("unreachable: the last attempt returns")
 
     def produce(self, jobs: Sequence[Job]) -> Iterator[Outcome]:

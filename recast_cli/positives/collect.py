@@ -44,6 +44,7 @@ from recast_cli.artifacts import (
     sha256_file,
     write_positives_manifest,
 )
+from recast_cli.artifacts.regular import open_append
 from recast_cli.errors import BadInput
 from recast_cli.seeds import IMAGE_STRIDE, image_seed
 
@@ -218,7 +219,7 @@ class _Journal:
         lines = [{"header": header}, *({"row": dataclasses.asdict(r)} for r in rows),
                  *({"refused": r} for r in refused.values())]
         atomic_write_bytes(self.path, "".join(json.dumps(x) + "\n" for x in lines).encode())
-        self.fh = open(self.path, "a", encoding="utf-8")
+        self.fh = open_append(self.path, "the journal", text=True)
 
     def add(self, entry: dict[str, Any]) -> None:
         self.fh.write(json.dumps(entry) + "\n")

@@ -4,7 +4,8 @@ docs/method.md §4, "Positive samples" (E2): the paper's second surrogate, used 
 gains depend on the generator (``recast compare-gains``). ``generate_content`` with image
 output; the key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``), the endpoint from
 ``GOOGLE_GEMINI_BASE_URL`` (default: Google's), both from the environment only. The SDK's
-retries are off; :mod:`.api` retries. A blocked prompt (``promptFeedback.blockReason``), a
+retries are off; :mod:`.api` retries. Its httpx2 client is :func:`.deadline.client` (one
+deadline per request, a cap on the answer). A blocked prompt (``promptFeedback.blockReason``), a
 safety finish reason or an answer without an image is recorded as a refusal of the prompt.
 """
 
@@ -30,11 +31,13 @@ class GeminiSource(ApiSource):
         from google import genai
         from google.genai import types
 
+        from recast_cli.positives import deadline
+
         self.aspect_ratio = aspect_ratio
         self.base_url = os.environ.get("GOOGLE_GEMINI_BASE_URL") or None
         self.client = genai.Client(api_key=self.key, http_options=types.HttpOptions(
             base_url=self.base_url, timeout=int(retry.timeout * 1000),
-            retry_options=types.HttpRetryOptions(attempts=1)))
+            retry_options=types.HttpRetryOptions(attempts=1), httpx_client=deadline.client()))
         image = types.ImageConfig(aspect_ratio=aspect_ratio) if aspect_ratio else None
         self.config = types.GenerateContentConfig(response_modalities=["IMAGE"], image_config=image)
 
@@ -48,8 +51,11 @@ class GeminiSource(ApiSource):
         import httpx2
         from google.genai import errors
 
+        from recast_cli.positives import deadline
+
         try:
-            answer = self.client.models.generate_content(model=self.model, contents=prompt, config=self.config)
+            answer = deadline.call(lambda: self.client.models.generate_content(
+                model=self.model, contents=prompt, config=self.config), self.retry.timeout)
         except errors.APIError as exc:
             if exc.code == 429 or exc.code >= 500 or exc.code == 408:
                 raise Transient(f"{exc.code} {exc.status}: {exc.message}") from None

@@ -4,7 +4,8 @@ The paper's π⁺ surrogate is GPT Image 1.5 (docs/method.md §4, "Positive samp
 from ``OPENAI_API_KEY`` and the endpoint from ``OPENAI_BASE_URL`` (default: OpenAI's), both read
 from the environment only. The SDK's own retries are off: :mod:`.api` retries 429, 5xx, timeouts
 and broken answers itself, and records a content-policy refusal (``moderation_blocked``,
-``content_policy_violation``) as a refusal of the prompt.
+``content_policy_violation``) as a refusal of the prompt. The SDK's httpx2 client is
+:func:`.deadline.client`: one deadline per request, a cap on the answer.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ class OpenAISource(ApiSource):
         super().__init__(model or DEFAULT_MODEL, concurrency, retry)
         from openai import OpenAI
 
+        from recast_cli.positives import deadline
+
         self.size = size
         self.quality = quality
         self.base_url = os.environ.get("OPENAI_BASE_URL") or None
-        self.client = OpenAI(api_key=self.key, base_url=self.base_url, max_retries=0, timeout=retry.timeout)
+        self.client = OpenAI(api_key=self.key, base_url=self.base_url, max_retries=0, timeout=retry.timeout,
+                             http_client=deadline.client())
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "openai", "model": self.model, "size": self.size, "quality": self.quality}
@@ -45,6 +49,8 @@ class OpenAISource(ApiSource):
     def request(self, prompt: str) -> bytes:
         import openai
 
+        from recast_cli.positives import deadline
+
         options: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": 1}
         if self.size:
             options["size"] = self.size
@@ -53,7 +59,7 @@ class OpenAISource(ApiSource):
         if self.model.startswith("dall-e"):
             options["response_format"] = "b64_json"  # GPT Image models always answer in base64
         try:
-            answer = self.client.images.generate(**options)
+            answer = deadline.call(lambda: self.client.images.generate(**options), self.retry.timeout)
         except openai.BadRequestError as exc:
             if _error_code(exc.body) in REFUSAL_CODES:
                 raise Refused(f"{_error_code(exc.body)}: {_message(exc)}") from None

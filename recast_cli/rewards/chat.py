@@ -17,6 +17,7 @@ from PIL import Image
 
 from recast_cli import bounds
 from recast_cli.errors import BadInput
+from recast_cli.rewards.exchange import server_text
 from recast_cli.rewards.transport import Endpoint, png_base64, request
 
 API_KEY_ENV = "RECAST_VLM_API_KEY"
@@ -55,7 +56,8 @@ class ChatClient:
         if reply.status != 200:
             error = data.get("error") if isinstance(data, dict) else None
             message = error.get("message") if isinstance(error, dict) else error
-            raise BadInput(f"{self.what}: {self.endpoint.url} answered HTTP {reply.status}: {message or 'no reason'}")
+            raise BadInput(f"{self.what}: {self.endpoint.url} answered HTTP {reply.status}: "
+                           f"{server_text(message) if message else 'no reason'}")
         try:
             text = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):

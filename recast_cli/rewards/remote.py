@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 from recast_cli.rewards.base import Images, Scorer, as_pil, check_batch, check_batch_size, chunks
+from recast_cli.rewards.exchange import server_text
 from recast_cli.rewards.transport import Endpoint, png_base64, request
 
 PROTOCOL = "recast.reward/1"
@@ -65,7 +66,7 @@ class RemoteScorer(Scorer):
         if not isinstance(info, dict) or info.get("protocol") != PROTOCOL:
             raise BadInput(f"{self.name}: {url} does not speak {PROTOCOL}")
         if name is not None and info.get("scorer") != name:
-            raise BadInput(f"{name}: the server at {url} serves {info.get('scorer')!r}, not {name!r}")
+            raise BadInput(f"{name}: the server at {url} serves {shown(info.get('scorer'))}, not {name!r}")
         self.name = str(info.get("scorer"))
         try:
             self.output_range = range_from_json(info.get("output_range"))
@@ -86,7 +87,8 @@ class RemoteScorer(Scorer):
         data = reply.json(self.name)
         if reply.status != 200:
             error = data.get("error") if isinstance(data, dict) else None
-            raise BadInput(f"{self.name}: {self.endpoint.url} answered HTTP {reply.status}: {error or 'no reason'}")
+            raise BadInput(f"{self.name}: {self.endpoint.url} answered HTTP {reply.status}: "
+                           f"{server_text(error) if error else 'no reason'}")
         return data
 
     def score(self, images: Images, prompts: Sequence[str]) -> np.ndarray:

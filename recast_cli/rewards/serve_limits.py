@@ -21,8 +21,11 @@ clients can hold the server (``Pace``, ``RequestReader``, ``Admission``):
   holding most), so idle sockets cannot keep an authenticated client out; only when every
   connection is busy with an authenticated request is one more answered 503.
 
-The HTTP server that applies them is ``rewards/server.py``; its one log line per client event is
-``log_client``'s.
+The HTTP server that applies them is ``rewards/server.py``. Its log, one line per client event
+(``log_client``), never makes a thread wait on stderr (``write_log``: a line stderr cannot take at once
+is left out and counted), and what clients without the token cause (connections closed to make room,
+refusals before authentication) is written once per address and kind every ``LOG_EVERY_S`` with the
+count left out (``ClientLog``): a flood of sockets cannot fill the log, nor hold the server on it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from recast_cli.rewards.exchange import server_text
+
 MAX_BATCH = 16  # images per request by default: one batch of the served scorer (serve-reward --batch-size)
 SERVER_MAX_PIXELS = 1024 * 1024
 PROMPT_ROOM = 4096  # bytes of JSON-escaped prompt per image a body may carry
@@ -53,6 +58,8 @@ REQUEST_MIN_RATE = 1024 * 1024  # ... plus its declared length at this many byte
 RATE_WINDOW_S = 5.0  # checked every this many seconds after the grace
 REQUEST_MAX_S = 300.0  # and at most this, or the largest allowed body's time at the rate floor if longer
 LOGGED_CHARS = 200  # a client's text (path, error) is cut to this many characters in the log
+LOG_EVERY_S = 10.0  # a kind of line about clients without the token: at most once per address per this many seconds
+LOG_ADDRESSES = 4096  # addresses whose last such line is remembered at once
 
 
 def png_limit(max_pixels: int) -> int:
@@ -226,11 +233,75 @@ def _host(client: Any) -> str:
 
 
 def log_client(client: Any, text: str) -> None:
-    """One line on stderr for a client: never a header (they carry the token); its text cut short."""
-    text = " ".join(str(text).split())
-    if len(text) > LOGGED_CHARS:
-        text = text[:LOGGED_CHARS] + "..."
-    sys.stderr.write(f"serve-reward: {_host(client)} {text}\n")
+    """One line on stderr for a client: never a header (they carry the token); its text cut short, its
+    control characters escaped; never waiting on stderr (:func:`write_log`)."""
+    write_log(f"serve-reward: {_host(client)} {_logged(text)}\n")
+
+
+def _logged(text: str) -> str:
+    return server_text(" ".join(str(text).split()), LOGGED_CHARS)
+
+
+def write_log(text: str) -> None:
+    """Write ``text`` (a line or a few, under 4 KiB: one write a pipe takes whole) to stderr, unless stderr
+    would make the writer wait (a pipe nobody reads, a terminal on hold): then it is dropped and counted,
+    and the next text written says how many were. No thread of the server waits on its log: 64 sockets
+    without a token, reopened as fast as the server closed them, filled a pipe nobody read with their
+    lines, and every thread that logged, the accepting one among them, waited; every request timed out."""
+    stream = sys.stderr
+    with _LOG_LOCK:
+        if not _writable(stream):
+            _LOG_DROPPED[0] += 1
+            return
+        if _LOG_DROPPED[0]:
+            text = f"serve-reward: {_LOG_DROPPED[0]} log lines left out (stderr was not being read)\n{text}"
+            _LOG_DROPPED[0] = 0
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):  # stderr closed
+            pass
+
+
+_LOG_LOCK = threading.Lock()  # one writer at a time: a write that found room is the only one
+_LOG_DROPPED = [0]  # lines left out since the last one written
+
+
+def _writable(stream: Any) -> bool:
+    """Whether ``stream`` takes a write of up to 4 KiB now without waiting (a pipe with a free page: POLLOUT);
+    True for a stream without a descriptor (a test's capture)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return bool(poller.poll(0))
+
+
+class ClientLog:
+    """A server's lines about clients without the token (connections closed to make room, refusals before
+    authentication): each ``kind`` of them written at most once per ``every`` seconds per address, the next
+    one saying how many were left out since, so that a flood of sockets writes a line per address every few
+    seconds, not one per socket."""
+
+    def __init__(self, every: float = LOG_EVERY_S) -> None:
+        self.every = every
+        self.lock = threading.Lock()
+        self.last: dict[tuple[str, str], list] = {}  # (address, kind) -> [when written, lines left out since]
+
+    def line(self, client: Any, text: str, kind: str) -> None:
+        key, now = (_host(client), kind), time.monotonic()
+        with self.lock:
+            seen = self.last.get(key)
+            if seen is not None and now - seen[0] < self.every:
+                seen[1] += 1
+                return
+            if len(self.last) >= LOG_ADDRESSES:  # forget the quiet ones (a flood from many addresses)
+                self.last = {k: v for k, v in self.last.items() if now - v[0] < self.every}
+            self.last[key] = [now, 0]
+        more = f" (and {seen[1]} more like it in {now - seen[0]:.0f} s)" if seen is not None and seen[1] else ""
+        write_log(f"serve-reward: {key[0]} {_logged(text)}{more}\n")
 
 
 @dataclass
@@ -262,27 +333,35 @@ class Admission:
         self.lock = threading.Lock()
         self.waiting: dict[socket.socket, _Waiting] = {}  # unauthenticated, oldest first
         self.authenticated: set[socket.socket] = set()
+        self.log = ClientLog()
 
     def enter(self, sock: socket.socket, client: Any) -> bool:
         """Count ``sock`` (from ``client``) as unauthenticated from now on, making room as needed;
         False when every other connection is authenticated and the limit is reached."""
         host = _host(client)
-        with self.lock:
-            self.authenticated.discard(sock)
-            self.waiting.pop(sock, None)
-            while True:
-                mine = [s for s, w in self.waiting.items() if _host(w.client) == host]
-                full = (len(self.waiting) >= self.unauthenticated
-                        or len(self.waiting) + len(self.authenticated) >= self.limit)
-                if len(mine) >= self.per_address:
-                    self._close(self._victim(mine), f"{self.per_address} from one address")
-                elif full and self.waiting:
-                    self._close(self._victim(self._of_busiest_address()), f"{self.unauthenticated} in all")
-                elif full:
-                    return False
-                else:
-                    self.waiting[sock] = _Waiting(client)
-                    return True
+        closed: list[tuple[Any, str]] = []  # logged once the lock is let go
+        try:
+            with self.lock:
+                self.authenticated.discard(sock)
+                self.waiting.pop(sock, None)
+                while True:
+                    mine = [s for s, w in self.waiting.items() if _host(w.client) == host]
+                    full = (len(self.waiting) >= self.unauthenticated
+                            or len(self.waiting) + len(self.authenticated) >= self.limit)
+                    if len(mine) >= self.per_address:
+                        closed.append((self._close(self._victim(mine)), f"{self.per_address} from one address"))
+                    elif full and self.waiting:
+                        closed.append((self._close(self._victim(self._of_busiest_address())),
+                                       f"{self.unauthenticated} in all"))
+                    elif full:
+                        return False
+                    else:
+                        self.waiting[sock] = _Waiting(client)
+                        return True
+        finally:
+            for gone, cap in closed:
+                self.log.line(gone, "closed: no authenticated request yet, to make room for a new connection "
+                                    f"(unauthenticated connections: at most {cap})", "room")
 
     def heard(self, sock: socket.socket) -> None:
         """``sock``'s thread read the first bytes of a request's head: it is not idle."""
@@ -297,6 +376,10 @@ class Admission:
                 return False
             self.authenticated.add(sock)
             return True
+
+    def is_authenticated(self, sock: socket.socket) -> bool:
+        with self.lock:
+            return sock in self.authenticated
 
     def holds(self, sock: socket.socket) -> bool:
         """Whether ``sock`` is still open (not closed to make room)."""
@@ -324,12 +407,11 @@ class Admission:
         ready = {fd for fd, _ in poller.poll(0)}
         return next((s for s in candidates if not self.waiting[s].heard and s.fileno() not in ready), candidates[0])
 
-    def _close(self, sock: socket.socket, cap: str) -> None:
-        """Close an unauthenticated connection to make room (under the lock): one log line."""
+    def _close(self, sock: socket.socket) -> Any:
+        """Close an unauthenticated connection to make room (under the lock); its client, for the log."""
         client = self.waiting.pop(sock).client
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        log_client(client, f"closed: no authenticated request yet, to make room for a new connection "
-                     f"(unauthenticated connections: at most {cap})")
+        return client

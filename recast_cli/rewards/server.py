@@ -31,7 +31,8 @@ from recast_cli.rewards.base import Scorer
 from recast_cli.rewards.remote import PROTOCOL, TOKEN_ENV, range_to_json
 from recast_cli.rewards.serve_limits import (HEADER_DEADLINE_S, MAX_BATCH, MAX_CONNECTIONS, RATE_WINDOW_S, READERS,
                                              REQUEST_GRACE_S, REQUEST_MAX_S, REQUEST_MIN_RATE, SERVER_MAX_PIXELS,
-                                             Admission, Pace, RequestDeadline, RequestReader, body_limit, log_client)
+                                             Admission, Pace, RequestDeadline, RequestReader, body_limit, log_client,
+                                             write_log)
 from recast_cli.rewards.transport import decode_png_base64
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -68,7 +69,8 @@ class RewardServer(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.admission.enter(request, client_address):
-            log_client(client_address, f"refused: all {self.max_connections} connections are busy with requests (503)")
+            self.admission.log.line(client_address, f"refused: all {self.max_connections} connections are busy with "
+                                    "requests (503)", "503")
             _raw_reply(request, 503, f"busy: all {self.max_connections} connections are busy with requests; retry")
             self.shutdown_request(request)
             return
@@ -145,17 +147,26 @@ class RewardHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             if self.served and not self.reader.received:
                 return  # a kept-alive connection left idle: closed without a word
-            log_client(self.client_address, f"{exc.what} ({exc}): {exc.status}, closed")
+            self._log(f"{exc.what} ({exc}): {exc.status}, closed", str(exc.status))
             _raw_reply(self.connection, exc.status, f"{exc.what} ({exc})")
         except ConnectionError as exc:  # reset while we read
             self.close_connection = True
-            log_client(self.client_address, f"client disconnected ({type(exc).__name__})")
+            self._log(f"client disconnected ({type(exc).__name__})", "reset")
+
+    def _log(self, text: str, kind: str) -> None:
+        """One log line about this connection; while it has no authenticated request, written at most once per
+        address and ``kind`` every few seconds (``ClientLog``): a flood without the token cannot fill the log."""
+        admission = self.server.admission
+        if admission.is_authenticated(self.connection):
+            log_client(self.client_address, text)
+        else:
+            admission.log.line(self.client_address, text, kind)
 
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
         pass  # replies are logged by _send once written (or not)
 
     def log_message(self, format: str, *args: Any) -> None:  # anything else the stdlib logs
-        log_client(self.client_address, format % args)
+        self._log(format % args, "stdlib")
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The stdlib's own refusals (malformed request line or headers, unknown method) in the
@@ -176,9 +187,9 @@ class RewardHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except (ConnectionError, TimeoutError) as exc:  # the client left or stopped reading
             self.close_connection = True
-            log_client(self.client_address, f"{line} not delivered: client disconnected ({type(exc).__name__})")
+            self._log(f"{line} not delivered: client disconnected ({type(exc).__name__})", "undelivered")
             return
-        log_client(self.client_address, line)
+        self._log(line, str(status))
 
     def _authorised(self) -> bool:
         """Whether the request carries the right token (401 else); a connection closed to make
@@ -269,7 +280,7 @@ class RewardHandler(BaseHTTPRequestHandler):
             self._send(400, {"error": str(exc)})
             return
         except Exception as exc:  # report any scorer failure as 500 and keep serving
-            traceback.print_exc()
+            write_log(f"serve-reward: internal error\n{traceback.format_exc()[-3000:]}")  # never waits on stderr
             self._send(500, {"error": f"internal error: {type(exc).__name__}"})
             return
         self._send(200, payload)

@@ -1,33 +1,36 @@
-"""HTTP for the remote scorers: bounded timeouts, retries with exponential backoff, PNG encoding.
+"""HTTP for the remote scorers: one deadline per try, a capped answer, retries with exponential backoff,
+PNG encoding.
 
-Plain ``http.client`` (no proxy discovery, no extra dependency). Connection failures,
-timeouts and 429/5xx answers are retried; other answers are returned to the caller, which
-knows what they mean. Secrets travel in headers and never appear in an error message.
+Each try is one ``exchange`` (``rewards/exchange.py``): connecting, sending and the whole answer within
+the endpoint's ``timeout`` (a server that trickles its answer is cut there), an answer of at most
+``ANSWER_LIMIT`` bytes (more is BadInput at once, not retried), read as JSON with its nesting bounded.
+Connection failures, timeouts and 429/5xx answers are retried; other answers are returned to the
+caller, which knows what they mean. Secrets travel in headers and never appear in an error message.
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
 import io
-import json
-import socket
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from PIL import Image
 
 from recast_cli import bounds
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
+from recast_cli.rewards.exchange import AnswerTooLarge, NoAnswer, exchange, json_of, url_problem
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: The most bytes of one answer: a reply of scores and extras, or a chat message, is kilobytes.
+ANSWER_LIMIT = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how to call: base URL, per-request timeout (s), tries, first backoff (s, doubling)."""
+    """Where and how to call: base URL, seconds one try may take in all, tries, first backoff (s, doubling)."""
 
     url: str
     timeout: float = 60.0
@@ -35,10 +38,10 @@ class Endpoint:
     backoff: float = 0.5
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadInput(f"{self.url!r} is not an http(s) URL")
-        if not (self.timeout > 0 and self.backoff >= 0):
+        why = url_problem(self.url)
+        if why is not None:
+            raise BadInput(f"{shown(self.url)} {why}")
+        if not (0 < self.timeout < math.inf and self.backoff >= 0):
             raise BadInput(f"{self.url}: timeout must be > 0 and backoff >= 0")
         bounds.check("tries", self.retries, f"{self.url}: retries")
 
@@ -49,33 +52,31 @@ class Reply:
     body: bytes
 
     def json(self, what: str) -> Any:
-        """The body as JSON; BadInput naming ``what`` if it is not."""
+        """The body as JSON, its nesting bounded (``exchange.json_of``); BadInput naming ``what`` if it is not."""
         try:
-            return json.loads(self.body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            return json_of(self.body, f"{what}: the server's reply")
+        except BadInput:  # nested too deeply
+            raise
+        except ValueError:  # not JSON, or not UTF-8
             raise BadInput(f"{what}: the server sent a malformed reply (not JSON, HTTP {self.status})") from None
 
 
 def request(endpoint: Endpoint, method: str, path: str, what: str, body: bytes | None = None,
             headers: dict[str, str] | None = None) -> Reply:
-    """One HTTP exchange with retries; BadInput once every try failed to get an answer."""
-    parts = urlsplit(endpoint.url)
-    target = (parts.path.rstrip("/") + path) or "/"
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    """One HTTP exchange with retries, each try within ``endpoint.timeout``; BadInput once every try failed to
+    get an answer, or at once for an answer over ``ANSWER_LIMIT`` bytes."""
     last = ""
     for attempt in range(endpoint.retries):
         if attempt:
             time.sleep(endpoint.backoff * 2 ** (attempt - 1))
-        conn = conn_cls(parts.hostname, parts.port, timeout=endpoint.timeout)
         try:
-            conn.request(method, target, body=body, headers=dict(headers or {}))
-            response = conn.getresponse()
-            reply = Reply(response.status, response.read())
-        except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, cut short
-            last = "timed out" if isinstance(exc, (socket.timeout, TimeoutError)) else type(exc).__name__
+            reply = Reply(*exchange(endpoint.url, method, path, body, headers, seconds=endpoint.timeout,
+                                    max_bytes=ANSWER_LIMIT))
+        except AnswerTooLarge as exc:
+            raise BadInput(f"{what}: {endpoint.url} {exc}") from None
+        except NoAnswer as exc:  # refused, reset, timed out, cut short
+            last = str(exc)
             continue
-        finally:
-            conn.close()
         if reply.status not in RETRY_STATUSES:
             return reply
         last = f"HTTP {reply.status}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recast_cli.errors import BadInput
+from recast_cli.errors import BadInput, shown
 from recast_cli.hub import hub_id_of
 from recast_cli.policy.families import IMAGE_KINDS, policy_class
 from recast_cli.evaluate.config import config_from_setting as evaluate_config
@@ -227,6 +227,8 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
             c.step(f"reward {name}", "of the analytic world", lambda n=name: _world_reward(setting, n))
             continue
         if name in judges:
+            if _given_url(name, options.get(name, {})) is not None:  # a typo in the setting fails it, judge or not
+                c.step(f"judge {name} url", "well formed", lambda n=name: _check_url(n, options.get(n, {})))
             c.judge(name, lambda n=name: _ready(n, options.get(n, {}), True, judge=True))
             continue
         c.step(f"scorer {name}", "options, weights", lambda n=name: _ready(n, options.get(n, {}), n in used))
@@ -240,6 +242,24 @@ def check_setting(name_or_path: str, stop_at_first: bool = True) -> CheckReport:
         c.step("[evaluate] prompts", evaluate.prompts,
                lambda: _check_prompt_file(setting, evaluate.prompts, train_rewards, options))
     return c.report
+
+
+def _given_url(name: str, options: dict[str, Any]) -> Any:
+    """The server url the setting gives a scorer (``NAME@URL``, or its ``url`` option), or None."""
+    return name.split("@", 1)[1] if "@" in name else options.get("url")
+
+
+def _check_url(name: str, options: dict[str, Any]) -> str:
+    """BadInput when the url the setting gives ``name`` is malformed (a bad port, an unclosed ``[``): a typo
+    in the setting, not something ``make judges`` provides later."""
+    from recast_cli.rewards.exchange import url_problem
+
+    url = _given_url(name, options)
+    why = url_problem(url)
+    if why is not None:
+        where = f"judge {shown(name)}" if "@" in name else f"[rewards.{name}] url {shown(url)}"
+        raise BadInput(f"{where} {why}")
+    return "well formed"
 
 
 def _ready(name: str, options: dict[str, Any], needed: bool, judge: bool = False) -> str:

@@ -338,7 +338,19 @@ def policy_inputs(setting: Setting) -> dict[str, str]:
     train`` per run: a file made under others is never reused. Left out: ``offload_text_encoders``
     (the same images either way, docs/policies.md) and where the checkout is: a local model path counts
     relative to the setting's folder, so a moved checkout or another worktree is the same policy."""
-    return {"[policy]": digest(policy_content(setting)), "[world]": digest(world_of(setting))}
+    return {label: digest(value) for label, value in policy_values(setting).items()}
+
+
+def policy_values(setting: Setting) -> dict[str, Any]:
+    """Label → what :func:`policy_inputs` digests, as plain JSON data (``digest`` of each value is its
+    digest there): ``recast train`` records them beside the digests, so that a command refusing a run's
+    setting edited since (``artifacts.run.setting_changes``) names the key that changed."""
+    return {"[policy]": canonical(policy_content(setting)), "[world]": canonical(world_of(setting))}
+
+
+def canonical(value: Any) -> Any:
+    """``value`` as the plain JSON data :func:`digest` hashes: ``digest(canonical(v)) == digest(v)``."""
+    return json.loads(json.dumps(value, sort_keys=True, allow_nan=False, default=_canonical))
 
 
 def policy_content(setting: Setting) -> PolicySpec:

@@ -41,7 +41,7 @@ def solve_w_command(
     bootstrap: Optional[int] = typer.Option(None, "--bootstrap", help="Solve W again on the first B bootstrap draws of "
                                                                       "the gains and record each row's spread and "
                                                                       "verdict (default: every draw the table holds; "
-                                                                      "0: none)."),
+                                                                      "0: none; else at least 2)."),
     conflicts: str = typer.Option("keep", "--conflicts", help="keep | static: give the steps where two rewards' "
                                                               "advantages anti-correlate (E14) static weights (E12c, "
                                                               "docs/trust.md)."),
@@ -83,6 +83,10 @@ def solve_w_command(
     out.print(table)
     out.print("spill: the share of a reward's weight on steps where its gain is below 1% of its peak; the "
               "terms and tags: docs/method.md", highlight=False)
+    if conflicts_from is not None:  # said even when it finds none: the flag is never silently without effect
+        found = len(info.get("conflicts", []))
+        out.print(f"conflicts (E14) read from {conflicts_from}: " + (f"{found} conflicting pair(s)" if found else
+                  "none (no pair's advantages anti-correlate at any step)"), highlight=False)
     for line in trust_lines(info, w.rewards):
         out.print(line, highlight=False)
     for item in info.get("settled_by_timing", []):

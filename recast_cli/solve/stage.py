@@ -122,8 +122,9 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
                        f"table's ({', '.join(table.rewards)})")
     corr = pairing.meta.get("advantage_corr")
     found = conflicts_on_grid(corr, pairing.sigmas, sigmas)
-    if conflicts == "static" and corr is None:
-        raise BadInput(f"--conflicts static: {pairing_path} records no advantage correlations (E14): it is exact, "
+    if corr is None and (conflicts == "static" or conflicts_from is not None):  # else the flag would do nothing
+        flag = "--conflicts static" if conflicts_from is None else "--conflicts-from"
+        raise BadInput(f"{flag}: {pairing_path} records no advantage correlations (E14): it is exact, "
                        "a recast.gains/1 table, estimated with K = 1, or its rewards were scored on rollouts of their "
                        "own (a π⁺ positive set per reward); give a π^old-sampling estimate with --conflicts-from "
                        "(recast estimate --sampling pold)")
@@ -281,6 +282,9 @@ def _check_options(*, mode: str, kernel: str, tau: float, steps: int | None, ski
         raise BadInput(f"--shrink must lie in (0, 1] (1: W as solved) or be auto (E12u), got {shown(shrink)}")
     if bootstrap is not None:
         bounds.check("bootstrap", bootstrap, "--bootstrap")
+        if bootstrap == 1:  # the band, each row's verdict and E12u's shares would all read a spread of zero
+            raise BadInput("--bootstrap 1: one draw measures no spread (W's band, each row's verdict and --shrink "
+                           "auto need at least 2); give 0 (none) or 2 and more")
     if conflicts not in CONFLICT_CHOICES:
         raise BadInput(f"--conflicts must be one of {', '.join(CONFLICT_CHOICES)}, got {shown(conflicts)}")
     if (shrink == "auto" or conflicts == "static") and mode != "recast":

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recast_cli.artifacts.metadata import RESOLVED, UNRESOLVED  # the verdicts, which W's info checks
 from recast_cli.solve.sinkhorn import row_tv, static_weights
 
+#: How far past the 95 % point a row's TV to static must lie to count as resolved: float noise, not a margin.
+TIE_TOL = 1e-9
 #: The bootstrap quantiles a row's spread is given by: the 90 % range and the median.
 LOW_Q, HIGH_Q = 5.0, 95.0
-RESOLVED = "timing resolved"
-UNRESOLVED = "not distinguishable from static at this budget"
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ def row_uncertainty(W: np.ndarray, draws_W: np.ndarray, lam: np.ndarray, samples
         need = None
         if samples is not None and d > 0:
             need = float(samples * (hi / d) ** 2)
-        out.append(RowUncertainty((lo, mid, hi), d, (s_lo, s_hi), d > hi, need))
+        # resolved only past float noise: a row at the 95 % point exactly (a tie, met by the flat draws' own
+        # TV, rounded either way by the solve and the percentile) is not distinguishable from static
+        out.append(RowUncertainty((lo, mid, hi), d, (s_lo, s_hi), d > hi + TIE_TOL * max(hi, 1.0), need))
     return out
 
 

@@ -186,6 +186,9 @@ def load_study(setting: Setting) -> StudySpec:
     if not isinstance(table, dict):
         raise BadInput(f"{setting.file}: no [study] table")
     rewards = _train_rewards(setting)
+    if "arms" in table and "modes" in table:  # arms replace modes: one of the two would be dropped unsaid
+        raise BadInput(f"{where}: arms and modes: give one of them (the arms name each arm's mode, "
+                       "MODE[:KERNEL[:GAINS]]), not both")
 
     def no_budgets() -> NoReturn:
         raise BadInput(f"{where} needs budgets = [[λ per reward], ...]")

@@ -76,7 +76,9 @@ def _progress() -> Progress:
 
 def _log(work: Path, stage: str, step: int, total: int, losses: list[float]) -> None:
     """One line per checkpoint in WORK/progress.log, for runs without a terminal."""
-    with open(work / "progress.log", "a") as fh:
+    from recast_cli.artifacts.regular import open_append
+
+    with open_append(work / "progress.log", "the progress log", text=True) as fh:
         fh.write(f"{time.strftime('%H:%M:%S')} {stage} {step}/{total} loss {np.mean(losses[-100:]):.4f}\n")
 
 

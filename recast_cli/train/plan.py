@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
 from recast_cli.policy.families import IMAGE_KINDS
 from recast_cli.setting.prompts import load_prompts
-from recast_cli.setting.load import Setting, analytic_world, digest, policy_inputs
+from recast_cli.setting.load import Setting, analytic_world, digest, policy_inputs, policy_values
 from recast_cli.solve.stage import static_matrix
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, skip_clean_of, trained_steps
@@ -92,6 +93,7 @@ class Plan:
     trained_steps: list[int]  # the steps t the loss covers, noisiest first (``train.config.trained_steps``)
     noise_level: float  # the SDE's a, sampling and training (``run_noise_level``)
     made_from: dict[str, str] = field(default_factory=dict)  # the policy and world it trains (``run_inputs``)
+    made_from_values: dict[str, Any] = field(default_factory=dict)  # what those digest (``policy_values``)
 
 
 def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume: bool, init: str | None,
@@ -149,7 +151,7 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
     init_from = None if init is None else init_adapter(init)
     claim_folder(out, RUN_SCHEMA)  # not inside another artifact folder
     return Plan(setting, cfg, w, weights, prompts, out, resume_from, init_from, device, steps,
-                run_noise_level(cfg, setting.policy), made_from)
+                run_noise_level(cfg, setting.policy), made_from, policy_values(setting))
 
 
 def init_adapter(init: str) -> Path:

@@ -17,6 +17,7 @@ from typing import Any
 
 from recast_cli.artifacts import FolderLock, RunRecord, atomic_write_bytes, write_run
 from recast_cli.artifacts.cells import MADE_FROM
+from recast_cli.artifacts.run import MADE_FROM_VALUES
 from recast_cli.errors import BadInput
 from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.plan import Plan, weights_key
@@ -44,6 +45,7 @@ class RunFolder:
         self.processes = processes
         self.engine = engine
         self.lock: RunLock | None = None
+        self.started: bool | None = None  # this open started the run: in a new folder (False), an empty one (True)
 
     def config_record(self) -> dict[str, Any]:
         """The run's configuration, as run.json and the loggers record it (a new dict each call)."""
@@ -61,7 +63,9 @@ class RunFolder:
         locked, then restarted in place unless a checkpoint of it is resumed."""
         existing = (self.path / "run.json").is_file()
         if not existing:
+            empty = self.path.is_dir()
             self._start()
+            self.started = empty
         self.lock = RunLock(self.path)  # the one place the lock is taken; close() releases it
         if existing and self.plan.resume_from is None:  # a run of this configuration that never saved a checkpoint
             self.clean_partial()
@@ -72,6 +76,18 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+    def discard(self) -> None:
+        """After a failed open, the lock released: the run this open started goes (its folder, or what it put
+        in the empty folder given), so that the same command run again starts it afresh rather than finding a
+        run it would have to ``--resume``."""
+        import shutil
+
+        if self.started is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            if self.started:
+                self.path.mkdir(exist_ok=True)
+            self.started = None
 
     def _start(self) -> None:
         """Write weights.safetensors, config.toml and run.json. A new run folder appears whole: the
@@ -85,7 +101,11 @@ class RunFolder:
         staging = run.parent / f".{run.name}.starting-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        self._write_start(staging)
+        try:
+            self._write_start(staging)
+        except BaseException:  # a start that failed leaves nothing behind
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         try:
             os.rename(staging, run)
         except OSError:
@@ -102,8 +122,8 @@ class RunFolder:
         atomic_write_bytes(run / "config.toml", cfg.to_toml().encode())
         record = RunRecord(rewards=tuple(cfg.rewards), lam=tuple(cfg.lam), mode=plan.weights.mode,
                            sigmas=tuple(float(s) for s in plan.weights.sigmas))
-        write_run(run, record, config={**self.config_record(), "run_key": cfg.run_key(),
-                                       MADE_FROM: plan.made_from}, sources=sources)
+        write_run(run, record, config={**self.config_record(), "run_key": cfg.run_key(), MADE_FROM: plan.made_from,
+                                       MADE_FROM_VALUES: plan.made_from_values}, sources=sources)
 
     # ------------------------------------------------------------------ checkpoints
 

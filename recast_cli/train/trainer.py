@@ -182,6 +182,7 @@ class Trainer:
                 self.metrics.log_weights(self.iteration, self.W.numpy(), self.cfg.rewards, len(self.trained_steps))
         except BaseException:
             self.close()
+            self.folder.discard()  # a run folder this open started goes with it: a rerun starts afresh
             raise
         self.is_open = True
         self.acc.wait_for_everyone()

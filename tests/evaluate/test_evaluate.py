@@ -224,7 +224,7 @@ def test_the_command_resolves_its_target_once(tmp_path, monkeypatch):
     setting = tiny_train_setting(tmp_path)
     calls = []
     real = stage.resolve_target
-    monkeypatch.setattr(stage, "resolve_target", lambda *args: calls.append(args) or real(*args))
+    monkeypatch.setattr(stage, "resolve_target", lambda *args, **kw: calls.append(args) or real(*args, **kw))
     monkeypatch.setattr(stage, "evaluate", lambda plan, quiet=False: "table")
     plan, table = stage.run_evaluation(None, str(setting), tmp_path / "E.parquet", judges="", n=1)
     assert calls == [(None, str(setting), None)] and table == "table"

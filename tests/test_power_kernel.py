@@ -19,7 +19,7 @@ def test_power_kernel_is_the_log_of_the_normalised_gain_over_tau():
     nbar = np.array([[0.5, 1.0, 1.5, 1.0], [2.0, 1.0, 0.5, 0.5]])
     np.testing.assert_allclose(log_affinity(nbar, 2.0, "power"), np.log(nbar) / 2.0, rtol=0, atol=1e-15)
     np.testing.assert_allclose(log_affinity(nbar, 2.0, "exp"), nbar / 2.0, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="unknown kernel"):
+    with pytest.raises(ValueError, match="--kernel must be one of exp, power"):
         log_affinity(nbar, 1.0, "cosine")
 
 

@@ -27,15 +27,13 @@ from recast_cli.artifacts.jsonio import json_dumps, json_loads
 from recast_cli.artifacts.metadata import check_weights_info, is_number
 from recast_cli.artifacts.tables import check_finite, require_file, require_keys, require_schema
 from recast_cli.errors import BadInput, shown
+from recast_cli.kernels import DEFAULT_KERNEL, KERNELS  # the kernel table; re-exported for W's readers
 
 WEIGHTS_SCHEMA = "recast.weights/1"
 
 #: How W is made from the gains (E12): ``recast`` (Sinkhorn), the closed-form baselines ``nosink`` and
 #: ``static``, and ``reversed`` (ReCAST's W with its columns in reverse step order).
 MODES = ("recast", "nosink", "static", "reversed")
-#: The affinity kernels W is solved with: ``exp`` (E11, the paper's, the default) and ``power`` (E11p, ours).
-KERNELS = ("exp", "power")
-DEFAULT_KERNEL = "exp"
 #: The temperature τ of the affinity kernel (E11, E11p) by default.
 DEFAULT_TAU = 1.0
 

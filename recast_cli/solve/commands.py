@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from recast_cli.kernels import kernels_help
 from recast_cli.solve.conflict import compact_steps, conflict_message
 from recast_cli.solve.sinkhorn import DEFAULT_FLOOR, DEFAULT_KERNEL, DEFAULT_TAU, lambda_hat
 
@@ -22,10 +23,8 @@ def solve_w_command(
     out_path: Path = typer.Option(..., "--out", help="Output weight matrix (.safetensors)."),
     mode: str = typer.Option("recast", help="recast (Sinkhorn, E12) | nosink (rows only) | static (λ̂/T) | "
                                             "reversed (recast's columns in reverse step order: a timing control)."),
-    tau: float = typer.Option(DEFAULT_TAU, help="Temperature τ of the affinity kernel (E11: K = exp(ΔD̄/τ); "
-                                                "E11p: K = ΔD̄^(1/τ))."),
-    kernel: str = typer.Option(DEFAULT_KERNEL, "--kernel", help="Affinity kernel: exp (E11, the paper's) | power "
-                                                                "(E11p: blind to each gain row's scale)."),
+    tau: float = typer.Option(DEFAULT_TAU, help="Temperature τ of the affinity kernel (--kernel)."),
+    kernel: str = typer.Option(DEFAULT_KERNEL, "--kernel", help=f"Affinity kernel: {kernels_help()}."),
     steps: Optional[int] = typer.Option(None, help="Solve on a grid of this many steps (E9 resampling)."),
     grid: Optional[str] = typer.Option(None, help="Grid family for --steps: linear | flowmatch | dynamic "
                                                   "(default: the one the gain table records)."),

@@ -15,10 +15,9 @@ import numpy as np
 
 from recast_cli.artifacts import lambda_hat  # the row sums of W, defined with its schema
 # the kernels and τ's default, defined with W's schema (which records them)
-from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS
+from recast_cli.artifacts.weights import DEFAULT_TAU
+from recast_cli.kernels import DEFAULT_KERNEL, POWER_FLOOR, kernel_of  # noqa: F401 (POWER_FLOOR: re-exported)
 
-#: E11p's floor: ΔD̄ below this fraction of its row's peak counts as that much (K > 0, log K finite).
-POWER_FLOOR = 1e-6
 DEFAULT_FLOOR = 1e-3
 DEFAULT_TOL = 1e-10
 SPILL_LEVEL = 0.01
@@ -71,20 +70,12 @@ def mean_normalised_gain(gain: np.ndarray, indiscriminable: np.ndarray) -> np.nd
 
 
 def log_affinity(normalised_gain: np.ndarray, tau: float = DEFAULT_TAU, kernel: str = DEFAULT_KERNEL) -> np.ndarray:
-    """The affinity kernel in the log domain, per reward i and step t.
-
-    ``exp`` (E11): log K_{i,t} = ΔD̄_{i,t} / τ. ``power`` (E11p): log K_{i,t} = log(ΔD̄_{i,t}) / τ,
-    with ΔD̄ floored at :data:`POWER_FLOOR` x its row's peak so that K > 0. Sinkhorn sees K only
-    through cross-ratios, so under E11p a row multiplied by a constant gives the same W: E11p reads
-    ratios of gains, E11 their differences (docs/method.md §5).
-    """
-    nbar = np.asarray(normalised_gain, dtype=np.float64)
-    if kernel == "exp":
-        return nbar / tau
-    if kernel == "power":
-        peak = nbar.max(axis=1, keepdims=True)
-        return np.log(np.maximum(nbar, POWER_FLOOR * peak)) / tau
-    raise ValueError(f"unknown kernel {kernel!r}; one of {', '.join(KERNELS)}")
+    """The affinity kernel in the log domain, per reward i and step t: the row ``kernel`` of the kernel
+    table (recast_cli/kernels.py; ``exp``, E11: ΔD̄/τ; ``power``, E11p: log(ΔD̄)/τ with ΔD̄ floored at
+    :data:`POWER_FLOOR` x its row's peak). Sinkhorn sees K only through cross-ratios, so under E11p a
+    row multiplied by a constant gives the same W: E11p reads ratios of gains, E11 their differences
+    (docs/method.md §5). An unknown kernel is BadInput."""
+    return kernel_of(kernel).log_affinity(np.asarray(normalised_gain, dtype=np.float64), tau)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ import numpy as np
 
 from recast_cli.artifacts import (MODES, WEIGHTS_SCHEMA, GainTable, Source, WeightMatrix, claim_output, read_gains,
                                   write_weights)
-from recast_cli.artifacts.weights import DEFAULT_KERNEL, DEFAULT_TAU, KERNELS
+from recast_cli.artifacts.weights import DEFAULT_TAU
+from recast_cli.kernels import DEFAULT_KERNEL, kernel_of
 from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.grid import GRID_KINDS, GridSpec
@@ -254,7 +255,7 @@ def _guard(solve: Callable[[], SinkhornResult], tau: float, kernel: str) -> Sink
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             return solve()
     except (SinkhornError, FloatingPointError):
-        form = "exp(ΔD̄/τ)" if kernel == "exp" else "ΔD̄^(1/τ)"
+        form = kernel_of(kernel).form
         raise BadInput(f"--tau {tau:g} is too small for these gains: the kernel {form} is degenerate and "
                        f"Sinkhorn cannot balance it; use a larger --tau (default {DEFAULT_TAU:g})") from None
 
@@ -265,8 +266,7 @@ def _check_options(*, mode: str, kernel: str, tau: float, steps: int | None, ski
     """BadInput for a solve-w option out of its range, before any file is claimed or read."""
     if mode not in MODES:
         raise BadInput(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if kernel not in KERNELS:
-        raise BadInput(f"--kernel must be one of {', '.join(KERNELS)}, got {shown(kernel)}")
+    kernel_of(kernel)
     if not (math.isfinite(tau) and tau > 0):
         raise BadInput(f"--tau must be a positive number, got {tau!r}")
     bounds.check_all(("steps", "--steps", steps), ("skip_clean", "--skip-clean", skip_clean))

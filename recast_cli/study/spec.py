@@ -59,7 +59,7 @@ class ArmSpec:
                            f"MODE one of {', '.join(STUDY_MODES)}")
         kernel = parts[1] if len(parts) > 1 else DEFAULT_KERNEL
         gains = parts[2] if len(parts) > 2 else "exact"
-        if kernel not in KERNELS or gains not in STUDY_GAINS:
+        if kernel not in KERNELS or gains not in STUDY_GAINS:  # the kernel table (recast_cli/kernels.py)
             raise BadInput(f"arm {text!r}: the kernel must be one of {', '.join(KERNELS)} and the gains one of "
                            f"{', '.join(STUDY_GAINS)}")
         if len(parts) > 3 and parts[3] in VARIANTS:

@@ -25,7 +25,7 @@ import torch
 
 from recast_cli.artifacts import read_gains, read_scores, read_weights
 from recast_cli.grid import GridSpec
-from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
+from recast_cli.policy.families import FAMILIES, policy_class
 from recast_cli.policy.sde import sde_step
 from tests.test_cli import assert_one_line_exit_2, recast
 
@@ -71,7 +71,7 @@ def ok(*args):
     return result
 
 
-@pytest.fixture(scope="module", params=IMAGE_KINDS)
+@pytest.fixture(scope="module", params=list(FAMILIES))
 def chain(request, tmp_path_factory):
     """The whole chain through the CLI for one family; returns its folder."""
     family = request.param
@@ -90,7 +90,7 @@ def chain(request, tmp_path_factory):
 
 
 def policy_of(family: str, root: Path, steps: int = STEPS):
-    return policy_class(family).from_pretrained(root / "model", steps=steps, guidance_scale=DEFAULT_GUIDANCE[family],
+    return policy_class(family).from_pretrained(root / "model", steps=steps, guidance_scale=FAMILIES[family].guidance,
                                                 resolution=32, max_sequence_length=8, precision="no", device="cpu")
 
 
@@ -162,9 +162,9 @@ def test_the_ode_sampler_is_the_pipelines_sampling_loop(chain):
     z = x.clone()
     for t in range(STEPS, 0, -1):
         z = policy.step(z, torch.full((2,), t), cond, 0.0).x_next
-    options = {"sd3": {"guidance_scale": DEFAULT_GUIDANCE["sd3"], "max_sequence_length": 8, "negative_prompt": ""},
-               "flux": {"guidance_scale": DEFAULT_GUIDANCE["flux"], "max_sequence_length": 8},
-               "qwenimage": {"true_cfg_scale": DEFAULT_GUIDANCE["qwenimage"], "negative_prompt": [" "] * 2,
+    options = {"sd3": {"guidance_scale": FAMILIES["sd3"].guidance, "max_sequence_length": 8, "negative_prompt": ""},
+               "flux": {"guidance_scale": FAMILIES["flux"].guidance, "max_sequence_length": 8},
+               "qwenimage": {"true_cfg_scale": FAMILIES["qwenimage"].guidance, "negative_prompt": [" "] * 2,
                              "max_sequence_length": 8}}[family]
     latents = x if family == "sd3" else policy.pack(x)
     ref = policy.pipe(PROMPTS, num_inference_steps=STEPS, height=32, width=32, latents=latents, output_type="latent",

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from recast_cli.policy.tiny import FAMILIES, MANIFEST
+from recast_cli.policy.families import FAMILIES
+from recast_cli.policy.tiny import MANIFEST
 from tests.test_cli import assert_one_line_exit_2, recast
 
 PROMPT = "a red circle on a white background"

@@ -53,7 +53,7 @@ from recast_cli import bounds
 from recast_cli.errors import BadInput
 from recast_cli.evaluate.config import EvalConfig, config_from_setting
 from recast_cli.evaluate.target import Target, resolve_target
-from recast_cli.policy.families import IMAGE_KINDS
+from recast_cli.policy.families import FAMILIES
 from recast_cli.seeds import IMAGE_STRIDE, image_seed
 
 
@@ -126,9 +126,9 @@ def plan_evaluation(target: Target, out: Path, judges: Sequence[str] | None = No
     from recast_cli.setting.load import check_prompts
 
     spec = target.setting.policy
-    if spec.kind not in IMAGE_KINDS:
+    if spec.kind not in FAMILIES:
         raise BadInput(f"setting {target.setting.name!r}: recast evaluate needs an image policy "
-                       f"({', '.join(IMAGE_KINDS)}), "
+                       f"({', '.join(FAMILIES)}), "
                        f"not {spec.kind!r}")
     cfg, train = config_from_setting(target.setting)
     flags = {"judges": None if judges is None else tuple(judges), "n": n, "seed": seed, "batch_size": batch_size}

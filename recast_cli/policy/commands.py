@@ -9,12 +9,13 @@ import typer
 from rich.console import Console
 
 from recast_cli import bounds
+from recast_cli.policy.families import FAMILIES
 
 out = Console()
 
 
 def tiny_model_command(
-    family: str = typer.Option(..., "--family", help="sd3 | flux | qwenimage: the pipeline's architecture."),
+    family: str = typer.Option(..., "--family", help=f"{' | '.join(FAMILIES)}: the pipeline's architecture."),
     out_dir: Path = typer.Option(..., "--out", help="A new or empty folder for the pipeline (diffusers layout)."),
     seed: int = typer.Option(0, help="Seed of the random weights."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts file: its words join the vocabulary."),

@@ -30,26 +30,31 @@ import torch
 
 from recast_cli import __version__
 from recast_cli.errors import BadInput
+from recast_cli.policy.families import family as family_of
+from recast_cli.policy.families import load
 
-FAMILIES = ("sd3", "flux", "qwenimage")
 MANIFEST = "recast-tiny-model.json"
 IMAGE_SIZE = 32
 TEXT_HIDDEN = 32  # the toy model's CLIP width
 
 
 def build_pipeline(family: str, words: Sequence[str], seed: int = 0):
-    """A random-initialised tiny pipeline of ``family`` (deterministic from ``seed``)."""
-    if family not in FAMILIES:
-        raise BadInput(f"--family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    """A random-initialised tiny pipeline of ``family`` (deterministic from ``seed``): the family table's
+    ``tiny`` builder (recast_cli/policy/families.py)."""
+    builder = load(family_of(family, "--family").tiny)
     torch.manual_seed(seed)
-    if family == "sd3":
-        from recast_cli.toy.model import build_pipeline as build_sd3
-
-        return build_sd3(words, with_t5=True, seed=seed, image_size=IMAGE_SIZE)
-    return _flux(words) if family == "flux" else _qwenimage(words)
+    return builder(words, seed)
 
 
-def _flux(words: Sequence[str]):
+def sd3_pipeline(words: Sequence[str], seed: int = 0):
+    """SD3's tiny architecture: the toy model's, with its T5 encoder."""
+    from recast_cli.toy.model import build_pipeline as build_sd3
+
+    return build_sd3(words, with_t5=True, seed=seed, image_size=IMAGE_SIZE)
+
+
+def flux_pipeline(words: Sequence[str], seed: int = 0):
+    """FLUX.1's tiny architecture (the global seed set by :func:`build_pipeline`)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
@@ -69,7 +74,8 @@ def _flux(words: Sequence[str]):
                         text_encoder_2=tiny_t5(tokenizer), tokenizer_2=word_tokenizer(words), transformer=transformer)
 
 
-def _qwenimage(words: Sequence[str]):
+def qwenimage_pipeline(words: Sequence[str], seed: int = 0):
+    """Qwen-Image's tiny architecture (the global seed set by :func:`build_pipeline`)."""
     from diffusers import (
         AutoencoderKLQwenImage,
         FlowMatchEulerDiscreteScheduler,
@@ -119,8 +125,7 @@ def write_tiny_model(family: str, out: str | os.PathLike[str], seed: int = 0,
     from recast_cli.toy.renderer import all_prompts
 
     out = Path(out)
-    if family not in FAMILIES:
-        raise BadInput(f"--family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    family_of(family, "--family")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out {out} exists and is not an empty folder; choose a new one")
     words = sorted({w for p in (*all_prompts(), *prompts) for w in p.lower().split()})

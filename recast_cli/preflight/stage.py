@@ -40,13 +40,13 @@ from recast_cli.policy.lora import lora_parameters
 from recast_cli.preflight.phases import INIT, materialise
 from recast_cli.preflight.rewards import rewards_build
 from recast_cli.preflight.compute import step_compute
+from recast_cli.policy.families import FAMILIES, family
 from recast_cli.setting.load import PIPELINES
 from recast_cli.train.config import trained_steps
 
 PREFLIGHT_SCHEMA = "recast.preflight/1"
 PHASES = ("build", "rewards", "estimate", "train", "evaluate")
 SCALES = ("full", "tiny")
-SHIPPED = {"sd3": PIPELINES / "configs" / "stable-diffusion-3.5-medium"}
 BYTES = {"bf16": 2, "fp16": 2, "no": 4, "fp32": 4}
 #: component folder → how its config builds a module (library, class)
 SD3_COMPONENTS = {
@@ -72,16 +72,19 @@ def config_folder(setting, scale: str) -> tuple[Path | None, str]:
     if spec.kind in ("gmm1d", "flow1d"):
         raise BadInput(f"setting {setting.name!r}: recast preflight builds sd3 policies; {spec.kind!r} has no "
                        "architecture to check (the analytic worlds are exact)")
-    if spec.kind != "sd3":
-        raise BadInput(f"setting {setting.name!r}: recast preflight builds sd3 policies so far; for a {spec.kind} "
-                       f"setting, smoke-test it on `recast tiny-model --family {spec.kind}` (README, Tiny models)")
+    shipped = family(spec.kind).preflight  # the family table: the families preflight builds have shipped configs
+    if shipped is None:
+        builds = ", ".join(k for k, f in FAMILIES.items() if f.preflight is not None)
+        raise BadInput(f"setting {setting.name!r}: recast preflight builds {builds} policies so far; for a "
+                       f"{spec.kind} setting, smoke-test it on `recast tiny-model --family {spec.kind}` (README, "
+                       "Tiny models)")
     if scale == "tiny":
-        return None, "the recast tiny-model sd3 architecture"
+        return None, f"the recast tiny-model {spec.kind} architecture"
     folder = spec.folder(required=False)
     if folder is not None and (folder / "model_index.json").is_file():
         return folder, f"the model folder {folder}"
-    return SHIPPED["sd3"], (f"the shipped configs {SHIPPED['sd3'].relative_to(PIPELINES.parent)} "
-                            f"(no model folder at {spec.model_name()})")
+    return PIPELINES / shipped, (f"the shipped configs {(PIPELINES / shipped).relative_to(PIPELINES.parent)} "
+                                 f"(no model folder at {spec.model_name()})")
 
 
 def _module(folder: Path, name: str, empty: Callable[[], Any]):

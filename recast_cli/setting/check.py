@@ -25,7 +25,7 @@ from typing import Any
 
 from recast_cli.errors import BadInput, shown
 from recast_cli.hub import hub_id_of
-from recast_cli.policy.families import IMAGE_KINDS, policy_class
+from recast_cli.policy.families import FAMILIES, policy_class
 from recast_cli.evaluate.config import config_from_setting as evaluate_config
 from recast_cli.positives.config import config_from_setting as positives_config
 from recast_cli.setting.environment import API_KEYS, environment_problems
@@ -304,7 +304,7 @@ def _check_policy(setting: Setting) -> str:
     spec = setting.policy
     if spec.guidance_scale < 0 or spec.noise_level <= 0:  # the counts are bounded as the table is read
         raise BadInput("guidance_scale must be >= 0 and noise_level > 0")
-    if spec.kind not in IMAGE_KINDS:
+    if spec.kind not in FAMILIES:
         return f"{spec.kind}, {spec.steps} steps"
     from recast_cli.policy.pipeline import PRECISIONS
 

@@ -26,14 +26,13 @@ from typing import Any, TypeVar
 from recast_cli import bounds
 from recast_cli.errors import BadInput, cut
 from recast_cli.hub import HubRef, cached, hub_id_of, name_setting, resolve_hub
-from recast_cli.policy.families import DEFAULT_GUIDANCE, IMAGE_KINDS, policy_class
+from recast_cli.policy.families import FAMILIES, policy_class
 from recast_cli.policy.world1d import DEFAULT_WORLD, World1D
 from recast_cli.policy.world_table import world_from_table
 from recast_cli.rewards.options import reward_options as reward_tables
 
 PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
 ANALYTIC_KINDS = ("gmm1d", "flow1d")
-POLICY_KINDS = (*IMAGE_KINDS, *ANALYTIC_KINDS)
 PROMPT_CHECKS = ("none", "toy")
 #: The tables a setting may hold; any other (a typo such as [trian]) is refused by name.
 KNOWN_TABLES = ("policy", "train", "rewards", "positives", "study", "evaluate", "world")
@@ -255,12 +254,12 @@ def policy_spec(table: dict[str, Any], path: Path) -> PolicySpec:
         raise BadInput(f"{path}: [policy] path: {exc}") from None
     if ref is not None:  # a repo id, no local folder of that name: the cache resolves it when it is used
         spec = replace(spec, path=None, hub=ref)
-    if spec.kind not in POLICY_KINDS:  # the choices after every type check
-        raise BadInput(f"{path}: [policy] kind must be one of {', '.join(POLICY_KINDS)}")
+    if spec.kind not in FAMILIES and spec.kind not in ANALYTIC_KINDS:  # the choices after every type check
+        raise BadInput(f"{path}: [policy] kind must be one of {', '.join((*FAMILIES, *ANALYTIC_KINDS))}")
     if spec.prompt_check not in PROMPT_CHECKS:
         raise BadInput(f"{path}: [policy] prompt_check must be one of {', '.join(PROMPT_CHECKS)}")
-    if "guidance_scale" not in table and spec.kind in DEFAULT_GUIDANCE:  # each family's own default
-        spec = replace(spec, guidance_scale=DEFAULT_GUIDANCE[spec.kind])
+    if "guidance_scale" not in table and spec.kind in FAMILIES:  # each family's own default
+        spec = replace(spec, guidance_scale=FAMILIES[spec.kind].guidance)
     return spec
 
 

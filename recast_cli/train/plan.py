@@ -22,7 +22,7 @@ from recast_cli.artifacts.cells import MADE_FROM
 from recast_cli.artifacts.run import find_checkpoint
 from recast_cli.errors import BadInput
 from recast_cli.grid import GridSpec
-from recast_cli.policy.families import IMAGE_KINDS
+from recast_cli.policy.families import FAMILIES
 from recast_cli.setting.prompts import load_prompts
 from recast_cli.setting.load import Setting, analytic_world, digest, policy_inputs, policy_values
 from recast_cli.solve.stage import static_matrix
@@ -30,7 +30,8 @@ from recast_cli.train import checkpoint as ckpt
 from recast_cli.train.config import TrainConfig, check_config, skip_clean_of, trained_steps
 
 #: Policy kinds ``recast train`` can update.
-TRAINABLE = (*IMAGE_KINDS, "flow1d")
+#: the trainable policies beside the image families (recast_cli/policy/families.py)
+TRAINABLE_ANALYTIC = ("flow1d",)
 
 
 def static_run_weights(cfg: TrainConfig, sigmas_desc: np.ndarray) -> WeightMatrix:
@@ -102,8 +103,9 @@ def plan_run(setting: Setting, cfg: TrainConfig, weights: str, out: Path, resume
     (nothing is written)."""
     from recast_cli.setting.load import check_prompts
 
-    if setting.policy.kind not in TRAINABLE:
-        raise BadInput(f"setting {setting.name!r}: recast train needs a trainable policy ({', '.join(TRAINABLE)}), "
+    if setting.policy.kind not in FAMILIES and setting.policy.kind not in TRAINABLE_ANALYTIC:
+        raise BadInput(f"setting {setting.name!r}: recast train needs a trainable policy "
+                       f"({', '.join((*FAMILIES, *TRAINABLE_ANALYTIC))}), "
                        f"not {setting.policy.kind!r}")
     if setting.policy.kind == "flow1d" and cfg.lora_rank != 0:
         raise BadInput(f"setting {setting.name!r}: a flow1d policy trains its residual MLP in full; "

@@ -16,9 +16,6 @@ import sys
 
 import torch
 
-#: the transformer's repeated blocks, each its own FSDP unit (SD3's and Qwen-Image's ``transformer_blocks``;
-#: FLUX.1 adds its single-stream ``single_transformer_blocks``)
-BLOCKS = ("transformer_blocks", "single_transformer_blocks")
 
 
 def requested_fsdp() -> int | None:
@@ -28,14 +25,15 @@ def requested_fsdp() -> int | None:
     return int(os.environ.get("FSDP_VERSION", "1"))
 
 
-def shard(network: torch.nn.Module, device: torch.device) -> None:
-    """``fully_shard`` every block of ``network``, then ``network`` itself, over all processes (in place)."""
+def shard(network: torch.nn.Module, device: torch.device, blocks: tuple[str, ...] = ()) -> None:
+    """``fully_shard`` every block of ``network`` (each module list named in ``blocks``: the family table's,
+    recast_cli/policy/families.py), then ``network`` itself, over all processes (in place)."""
     from torch.distributed import get_world_size
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(device.type, (get_world_size(),))
-    for block in (b for name in BLOCKS for b in getattr(network, name, ())):
+    for block in (b for name in blocks for b in getattr(network, name, ())):
         fully_shard(block, mesh=mesh)
     fully_shard(network, mesh=mesh)
 

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from recast_cli.errors import BadInput
+from recast_cli.policy.families import FAMILIES
 from recast_cli.setting.prompts import prompt_stream
 from recast_cli.seeds import train_seeds, update_rng
 from recast_cli.train.loggers import start_loggers
@@ -139,7 +140,7 @@ class Trainer:
             self.params.load(adapter)
         self.fsdp = fsdp_version is not None
         if self.fsdp:
-            shard(transformer, self.acc.device)
+            shard(transformer, self.acc.device, fsdp_blocks(plan.setting.policy.kind))
             self.params.bind_sharded()
         elif self.world > 1:
             self.policy.denoiser = self.acc.prepare(transformer)
@@ -426,3 +427,9 @@ class Trainer:
         """Write a checkpoint of the current iteration (rank 0; every process gathers first)."""
         return self.folder.save(self.iteration, params=self.params, optimizer=self.optimizer, ema=self.ema,
                                 rank=self.rank)
+
+
+def fsdp_blocks(kind: str) -> tuple[str, ...]:
+    """The transformer blocks FSDP shards one by one for a setting's ``[policy] kind``: the family table's
+    (the 1-D world's network: none, it is sharded whole)."""
+    return FAMILIES[kind].blocks if kind in FAMILIES else ()

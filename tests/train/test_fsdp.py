@@ -175,7 +175,7 @@ def _sharded_worker(rank: int, port: int) -> None:
         net = torch.nn.Module()
         net.transformer_blocks = torch.nn.ModuleList(torch.nn.Linear(4, 5) for _ in range(3))
         reference = [p.detach().clone() for p in net.parameters()]
-        shard(net, torch.device("cpu"))
+        shard(net, torch.device("cpu"), ("transformer_blocks",))
         assert all(isinstance(b, FSDPModule) for b in net.transformer_blocks) and isinstance(net, FSDPModule)
         params = list(net.parameters())
         for p, whole in zip(params, reference):

@@ -17,9 +17,35 @@ out = Console()
 err = Console(stderr=True)
 
 
+def budgets_of(lam: str | None, setting: str | None):
+    """What ``solve-w`` solves for: ``--lambda``'s text alone, else the ``[train] lambda`` of ``--setting``
+    (by its ``[train] rewards``), or ``--lambda`` over it; each with its source for W (``Budgets``)."""
+    from recast_cli.errors import BadInput
+    from recast_cli.solve.stage import Budgets
+
+    if setting is None:
+        if lam is None:
+            raise BadInput("solve-w needs the budgets λ: --lambda 1,1,2 (or clip=1,ocr=2), or --setting S for its "
+                           "[train] lambda")
+        return lam
+    from recast_cli.setting.load import load_setting
+    from recast_cli.train.config import config_from_setting
+
+    loaded = load_setting(setting)
+    cfg = config_from_setting(loaded)
+    if lam is not None:
+        return Budgets(f"--lambda, over [train] lambda of {loaded.file.name}", text=lam)
+    if len(cfg.lam) != len(cfg.rewards):
+        raise BadInput(f"{loaded.file.name}: [train] lambda has {len(cfg.lam)} values for {len(cfg.rewards)} rewards")
+    return Budgets(f"[train] lambda of {loaded.file.name}", values=dict(zip(cfg.rewards, map(float, cfg.lam))))
+
+
 def solve_w_command(
     gains: Path = typer.Option(..., "--gains", help="Gain table (recast.gains/1 Parquet)."),
-    lam: str = typer.Option(..., "--lambda", help="Budgets by position (1,1,2) or by name (clip=1,ocr=2)."),
+    lam: Optional[str] = typer.Option(None, "--lambda", help="Budgets by position (1,1,2) or by name (clip=1,ocr=2); "
+                                                             "over --setting's [train] lambda when both are given."),
+    setting: Optional[str] = typer.Option(None, "--setting", help="A setting (name or path) whose [train] lambda "
+                                                                  "gives the budgets (λ entered once); W records it."),
     out_path: Path = typer.Option(..., "--out", help="Output weight matrix (.safetensors)."),
     mode: str = typer.Option("recast", help="recast (Sinkhorn, E12) | nosink (rows only) | static (λ̂/T) | "
                                             "reversed (recast's columns in reverse step order: a timing control)."),
@@ -55,12 +81,15 @@ def solve_w_command(
     from recast_cli.solve.stage import parse_shrink, solve_w
 
     gamma = parse_shrink(shrink)
+    budgets = budgets_of(lam, setting)
     with err.status("solving W (Sinkhorn)", spinner="dots"):  # on stderr; a long solve (small τ) shows it works
-        report = solve_w(gains, lam, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, mu=mu,
+        report = solve_w(gains, budgets, out_path, mode=mode, tau=tau, steps=steps, grid=grid, shift=shift, mu=mu,
                          floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=gamma, bootstrap=bootstrap,
                          conflicts=conflicts, conflicts_from=conflicts_from)
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    if not isinstance(budgets, str):
+        out.print(f"λ = {', '.join(f'{v:g}' for v in report.weights.lam)} from {budgets.source}", highlight=False, markup=False)
     w = report.weights
     info = w.info
     if mode in ("recast", "reversed"):

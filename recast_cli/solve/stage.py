@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -79,13 +79,27 @@ class SolveReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike[str], *, mode: str = "recast",
+@dataclass(frozen=True)
+class Budgets:
+    """λ given with where it came from, recorded in W as ``lambda_from``: ``text`` as ``--lambda`` takes it,
+    or ``values`` by reward name (a setting's ``[train] lambda``), which must name exactly the gain table's
+    rewards; ``source`` says which (``[train] lambda of S.toml``, or ``--lambda`` over it)."""
+
+    source: str
+    text: str | None = None
+    values: Mapping[str, float] | None = None
+
+
+def solve_w(gains: str | os.PathLike[str], lam_text: str | Budgets, out: str | os.PathLike[str], *,
+            mode: str = "recast",
             tau: float = DEFAULT_TAU, steps: int | None = None, grid: str | None = None, shift: float | None = None,
             floor: float = DEFAULT_FLOOR, skip_clean: int = 0,
             mu: float | None = None, kernel: str = DEFAULT_KERNEL, shrink: float | str = 1.0,
             bootstrap: int | None = None, conflicts: str = "keep",
             conflicts_from: str | os.PathLike[str] | None = None) -> SolveReport:
     """Solve W from a gain table and write it to ``out`` atomically (nothing is written on bad input).
+    ``lam_text`` is ``--lambda``'s text, or :class:`Budgets` (a setting's ``[train] lambda``, or ``--lambda``
+    over it), whose source W records.
 
     ``skip_clean`` = K leaves the K cleanest steps untrained: they get W = 0 and the solve runs
     over the other T' = T − K columns (rows λ̂, trained columns 1/T'), as the trainer needs.
@@ -181,6 +195,8 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str, out: str | os.PathLike
     )
     config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
               "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
+    if isinstance(lam_text, Budgets):  # recorded only when a setting gave or was overridden: --lambda alone as before
+        config["lambda_from"] = lam_text.source
     if shrink != 1.0:  # recorded only when used: a W solved without it is the same file as before
         config["shrink"] = shrink
     if draws is not None:
@@ -308,9 +324,17 @@ def parse_shrink(text: str) -> float | str:
         raise BadInput(f"--shrink must be a number in (0, 1] or auto, got {shown(text)}") from None
 
 
-def _budgets(lam_text: str, rewards: tuple[str, ...]) -> np.ndarray:
-    """λ of ``--lambda`` (:func:`parse_lambda`), refused when the budgets span more than ``MAX_LAMBDA_RATIO``."""
-    lam = parse_lambda(lam_text, rewards)
+def _budgets(lam_text: str | Budgets, rewards: tuple[str, ...]) -> np.ndarray:
+    """λ of ``--lambda`` (:func:`parse_lambda`) or of a setting's ``[train] lambda`` (:class:`Budgets`: every
+    reward of the gain table, no other), refused when the budgets span more than ``MAX_LAMBDA_RATIO``."""
+    if isinstance(lam_text, Budgets) and lam_text.values is not None:
+        given = dict(lam_text.values)
+        if set(given) != set(rewards):
+            raise BadInput(f"{lam_text.source}: it gives budgets for {', '.join(given)}, the gain table has the "
+                           f"rewards {', '.join(rewards)}; give --lambda, or a setting of these rewards")
+        lam = np.array([float(given[name]) for name in rewards])
+    else:
+        lam = parse_lambda(lam_text.text if isinstance(lam_text, Budgets) else lam_text, rewards)
     if np.log10(lam.max()) - np.log10(lam.min()) > np.log10(MAX_LAMBDA_RATIO):
         raise BadInput(f"--lambda: the budgets span more than {MAX_LAMBDA_RATIO:g}x (largest {lam.max():g}, smallest "
                        f"{lam.min():g}); the smallest would get no weight: give them on a common scale")

@@ -8,7 +8,7 @@ checkpoints under the SDE and the last under the ODE, ``--eval-n`` samples each.
   ``recast evaluate --checkpoints all --sampler sde`` and ``recast evaluate --sampler ode``, three
   processes, as subprocesses here (their start-up is part of that path's cost).
 * **batched** — ``recast study``'s engine: ``--seeds`` seeds of the same cell in one process, one
-  batched computation (``recast_cli.batched.engine``), timed in this process.
+  batched computation (``recast_cli.train.stacked``), timed in this process.
 
 Both sides run with the threads given (``--threads``, default 1: each side on one core, which is
 how the study runs its cells when it uses both cores) and train the same seeds' recipe; the
@@ -84,7 +84,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.train.stacked import BatchedTrainer, Cell
     from recast_cli.grid import GridSpec
     from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps

@@ -117,7 +117,7 @@ def test_each_seed_trains_and_evaluates_as_its_single_run(tmp_path, fraction, be
 
 
 def test_a_seed_does_not_depend_on_the_seeds_beside_it(tmp_path):
-    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.train.stacked import BatchedTrainer, Cell
     from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps
 
@@ -143,8 +143,8 @@ def test_a_seed_is_the_same_in_any_batch_when_the_seeds_are_split(tmp_path, monk
 
     import torch
 
-    from recast_cli.batched import engine
-    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.train import stacked as engine
+    from recast_cli.train.stacked import BatchedTrainer, Cell
     from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps
 
@@ -258,7 +258,7 @@ def test_the_make_graph_runs_the_plan_of_recast_study(tmp_path):
     kernel and gains, and trains one run per cell and seed."""
     import re
 
-    from recast_cli.batched.runner import plan_study
+    from recast_cli.study.runner import plan_study
 
     setting = write_setting(tmp_path, study='arms = ["static", "recast:power", "nosink:exp:estimate"]\ngains = "exact"')
     plan = plan_study(str(setting), tmp_path / "st")
@@ -301,7 +301,7 @@ def test_only_the_one_d_world_runs_batched(tmp_path):
 
 def test_the_final_networks_are_the_single_runs(tmp_path):
     """Weights after training agree with a single run's checkpoint to float32 roundoff."""
-    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.train.stacked import BatchedTrainer, Cell
     from recast_cli.artifacts.run import FULL_FILE
     from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps
@@ -386,7 +386,7 @@ def test_malloc_keeps_freed_memory_on_glibc():
     to glibc's defaults: fresh pages for its arrays at every step, 13% of a cell's wall)."""
     import platform
 
-    from recast_cli.batched.engine import hold_freed_memory
+    from recast_cli.train.stacked import hold_freed_memory
 
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc's")
@@ -432,7 +432,7 @@ def test_a_study_killed_mid_cell_resumes_and_loses_only_that_cell(tmp_path):
 
 
 def test_seed_groups_never_leave_a_seed_alone_in_a_cell_of_several():
-    from recast_cli.batched.engine import seed_groups
+    from recast_cli.train.stacked import seed_groups
 
     spans = lambda S, size: [(g.start, g.stop) for g in seed_groups(S, size)]
     assert spans(5, 2) == [(0, 2), (2, 5)] and spans(4, 2) == [(0, 2), (2, 4)] and spans(3, 8) == [(0, 3)]

@@ -192,7 +192,7 @@ def test_stale_estimate_parts_are_refused_and_force_removes_only_recasts_pieces(
     """A killed sampled estimate left OUT.parts/; the world changed: its pieces would be resumed as they
     are (their run id names the setting's path, not its content), so they are refused, and --force
     removes recast's pieces and marker only. (The plan and the record only: nothing is computed.)"""
-    from recast_cli.batched.runner import RECORD_NAME, check_record, plan_study
+    from recast_cli.study.runner import RECORD_NAME, check_record, plan_study
 
     text = SETTING.replace('modes = ["static", "recast"]', 'arms = ["recast:exp:estimate"]')
     plan = plan_study(str(write(tmp_path, text)), tmp_path / "st")
@@ -346,7 +346,7 @@ def test_a_longer_step_budget_continues_a_run_under_make(tmp_path):
 
 def test_the_report_waits_for_cells_of_other_inputs_as_for_missing_ones(study, tmp_path):
     """A shard whose own cells are current does not report over another shard's stale cell."""
-    from recast_cli.batched.runner import pending_cells, plan_study
+    from recast_cli.study.runner import pending_cells, plan_study
 
     out = copy_of(study, tmp_path)
     assert pending_cells(plan_study(str(write(tmp_path)), out)) == []

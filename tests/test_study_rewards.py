@@ -72,8 +72,8 @@ def test_the_split_half_gradients_add_up_to_the_first_update(tmp_path):
     """Σ_i (g_i^A + g_i^B)/2 is the gradient the engine's first update takes (no advantage clip, no KL)."""
     from dataclasses import replace
 
-    from recast_cli.batched.engine import BatchedTrainer, Cell
-    from recast_cli.batched.gradients import reward_gradients, split_gradients
+    from recast_cli.train.stacked import BatchedTrainer, Cell
+    from recast_cli.train.stacked_gradients import reward_gradients, split_gradients
     from recast_cli.setting.load import load_setting
     from recast_cli.train.config import config_from_setting, trained_steps
 
@@ -93,7 +93,7 @@ def test_the_split_half_gradients_add_up_to_the_first_update(tmp_path):
 
 
 def test_the_gradient_halves_need_an_even_number_of_groups():
-    from recast_cli.batched.gradients import half_masks, measured_iterations
+    from recast_cli.train.stacked_gradients import half_masks, measured_iterations
 
     assert half_masks(3, 4, 2) is None
     masks = half_masks(2, 2, 3)  # 4 images × 3 steps: the first 2 images' 6 pairs, then the others'

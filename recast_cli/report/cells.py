@@ -14,7 +14,7 @@ curve), so a study run by the batched engine reads like the two-timescale report
 * **Mechanism**: per arm, the PPO clip fraction and the gradient norm over training, and the spread
   of the first iteration's gradient over seeds (all seeds start from one network, so it is the
   gradient estimator's own variance) beside its mean's squared norm; each reward's gradient
-  signal-to-noise at four iterations (``batched.gradients``).
+  signal-to-noise at four iterations (``train.stacked_gradients``).
 
 A study over a learning-rate ladder (``[study] learning_rate_ladder``) gets these per G and rate.
 Every seed's endpoints are written beside the Markdown as ``endpoints.csv``, a plain CSV.

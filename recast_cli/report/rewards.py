@@ -153,7 +153,7 @@ def table_stalls(per_arm: dict[str, CellTable]) -> str:
 
 def table_reward_snr(cells: Sequence[CellTable], arms: Sequence[str]) -> str:
     """Per arm and reward: the batch gradient's signal-to-noise at each measured iteration
-    (``batched.gradients``: split-half, means over seeds)."""
+    (``train.stacked_gradients``: split-half, means over seeds)."""
     rows = []
     for arm in arms:
         for cell in (c for c in cells if c.label == arm):

@@ -1,6 +1,6 @@
 """The training objective of docs/method.md §6: group advantages, E13, the PPO-clipped loss and the KL.
 
-Pure tensor functions, shared by both trainers (``train.trainer``, one run; ``batched.engine``, a
+Pure tensor functions, shared by both trainers (``train.trainer``, one run; ``train.stacked``, a
 stack of seeds) and their tests: the per-pair loss is :func:`pair_loss`, written once. Static and
 ReCAST runs differ only in the W handed to ``step_advantages``.
 """

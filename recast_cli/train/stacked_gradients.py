@@ -60,7 +60,7 @@ def split_gradients(trainer, states: torch.Tensor, exact: torch.Tensor, adv: tor
     gradient from half h of each seed's groups; their mean over h, summed over i, is the first
     update's gradient when the ±adv_clip clip does not bind and β_KL = 0. None for an odd number of groups.
 
-    ``trainer`` is the cell's :class:`~recast_cli.batched.engine.BatchedTrainer`; ``states``, ``exact``
+    ``trainer`` is the cell's :class:`~recast_cli.train.stacked.BatchedTrainer`; ``states``, ``exact``
     the iteration's trajectories and v* ([S, B, T+1], [S, B, T]); ``adv`` the per-reward group
     advantages A_i [S, B, m]. One backward pass per micro-batch gives all 2m gradients (batched
     over the reward × half coefficients)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from recast_cli.batched.gradients import measured_iterations, reward_gradients, summarise
+from recast_cli.train.stacked_gradients import measured_iterations, reward_gradients, summarise
 from recast_cli.errors import BadInput
 from recast_cli.policy.flow1d import DTYPE, X_SCALE, ResidualMLP
 from recast_cli.policy.sde import sde_step
@@ -165,7 +165,7 @@ class CellResult:
     sampler), the final networks, and the first iteration's gradients (all seeds start from the same
     network, so their spread is the spread of the gradient estimator itself). For the cell: the base
     policy's evaluation (every seed starts from it) and each reward's gradient signal and noise at four
-    iterations (``batched.gradients``)."""
+    iterations (``train.stacked_gradients``)."""
 
     train: list[dict]
     evals: list[dict]

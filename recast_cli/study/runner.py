@@ -3,7 +3,7 @@
     exact gains (and the sampled estimate at the base policy, when an arm or the report needs it)
       →  solve-w for every budget × arm          (OUT/gains/, OUT/W/: the artifacts of the stages)
       →  every budget × arm × group size: one cell of all the study's seeds, trained and evaluated
-         as one batched computation (``batched.engine``)  →  OUT/cells/NAME.parquet (recast.cell/1)
+         as one batched computation (``train.stacked``)  →  OUT/cells/NAME.parquet (recast.cell/1)
       →  ``recast report OUT/cells`` (the endpoints, the contrasts and the mechanism per arm)
 
 A cell file is written atomically when the cell is done, and a cell whose file exists is not run
@@ -113,7 +113,7 @@ def cell_footprint(plan: StudyPlan) -> tuple[dict[str, int], int]:
     * an evaluation chunk of S × EVAL_ELEMENTS / S samples (activations, posterior, noise).
 
     Every cell of a plan has the same rollouts per step, so one cell's footprint is every cell's."""
-    from recast_cli.batched.engine import EVAL_ELEMENTS, UPDATE_ELEMENTS
+    from recast_cli.train.stacked import EVAL_ELEMENTS, UPDATE_ELEMENTS
 
     cfg, policy = plan.cells[0].cfg, plan.setting.policy
     S, B, T, H, F = len(plan.seeds), cfg.group_size * cfg.prompts_per_step, policy.steps, policy.hidden, policy.features
@@ -310,7 +310,7 @@ def run_cell(plan: StudyPlan, cell: CellPlan, progress=None) -> CellTable:
     """Train and evaluate every seed of one cell; write its ``recast.cell/1`` file atomically."""
     import torch
 
-    from recast_cli.batched.engine import BatchedTrainer, Cell
+    from recast_cli.train.stacked import BatchedTrainer, Cell
     from recast_cli.train.plan import check_weights, run_noise_level
 
     setting, T = plan.setting, plan.setting.policy.steps

@@ -1,1 +1,0 @@
-"""The batched many-seed study engine of the 1-D world (``recast study``): engine, study, commands."""

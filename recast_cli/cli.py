@@ -142,7 +142,6 @@ from recast_cli.train.commands import register as register_train  # noqa: E402
 from recast_cli.evaluate.commands import register as register_evaluate  # noqa: E402
 from recast_cli.report.commands import register as register_report  # noqa: E402
 from recast_cli.inspect.commands import register as register_inspect  # noqa: E402
-from recast_cli.setting.commands import register as register_setting  # noqa: E402
 from recast_cli.study.commands import register as register_study  # noqa: E402
 from recast_cli.preflight.commands import register as register_preflight  # noqa: E402
 from recast_cli.fetch.commands import register as register_fetch  # noqa: E402
@@ -151,7 +150,7 @@ from recast_cli.rewards.commands import register as register_rewards  # noqa: E4
 from recast_cli.toy.commands import register as register_toy  # noqa: E402
 
 for register in (register_positives, register_estimate, register_solve, register_train, register_evaluate,
-                 register_report, register_inspect, register_study, register_preflight, register_setting, register_fetch, register_policy,
+                 register_report, register_inspect, register_study, register_preflight, register_fetch, register_policy,
                  register_rewards,
                  register_toy):
     register(app)

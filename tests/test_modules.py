@@ -99,7 +99,7 @@ def test_only_command_modules_import_typer_and_nobody_imports_private_names():
 
 def test_the_cli_package_scan_covers_the_command_modules():
     commands = [m for m in modules() if COMMAND_MODULES.match(m)]
-    assert {"recast_cli.cli", "recast_cli.setting.commands", "recast_cli.train.commands"} <= set(commands)
+    assert {"recast_cli.cli", "recast_cli.policy.commands", "recast_cli.train.commands"} <= set(commands)
     assert PACKAGE.name == "recast_cli"
 
 

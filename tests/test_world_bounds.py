@@ -26,7 +26,7 @@ from recast_cli.policy.step_reward import StepReward
 from recast_cli.policy.world1d import BETA, DEFAULT_WORLD, MIN_ACCEPTANCE, World1D
 from recast_cli.policy.world_limits import MAX_LEVEL_WORK
 from recast_cli.setting.load import load_setting
-from recast_cli.setting.check import check_setting
+from recast_cli.preflight.check import check_setting
 from tests.test_world_setting import invoke, setting
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # an overflow anywhere fails the test

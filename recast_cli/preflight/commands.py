@@ -1,4 +1,6 @@
-"""``recast preflight``: the Typer command over :mod:`recast_cli.preflight.stage` and its tables."""
+"""``recast check-setting`` (:mod:`recast_cli.preflight.check`: every file, model, package, server and key a
+setting needs, no weight loaded) and ``recast preflight`` (:mod:`recast_cli.preflight.stage`: its policy run
+at its sizes on this device), with their tables."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+
+from recast_cli.errors import ERROR_LINE_LIMIT, cut
 
 
 out = Console()
@@ -147,5 +151,39 @@ def _print_phases(record: dict) -> None:
                   + (f"; it would at: {would}" if would else ""), highlight=False)
 
 
+def check_setting_command(
+    setting: str = typer.Argument(..., help="Setting name (pipelines/NAME.toml) or a .toml path."),
+    all_problems: bool = typer.Option(True, "--all", hidden=True, help="List every problem (the default)."),
+    first: bool = typer.Option(False, "--first", help="Stop at the first problem."),
+) -> None:
+    """Check a setting and every model, prompt, package, server and API key it needs (no weights are loaded);
+    every problem is listed, one line each. The held-out judges are listed apart: `make judges` scores them."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from recast_cli.preflight.check import check_setting
+
+    report = check_setting(setting, stop_at_first=first)
+    table = Table(title=f"check-setting {report.file}", title_justify="left")
+    for column in ("check", "subject", "result"):
+        table.add_column(column, overflow="fold")
+    for row in report.rows:
+        table.add_row(*(Text(cell) for cell in row), style="red" if row[2] == "FAIL" else None)
+    out.print(table)
+    if report.judges:
+        out.print(f"[yellow]held-out judges: not needed to train or by `make all SETTING={escape(report.file.stem)}`; "
+                  f"`make judges SETTING={escape(report.file.stem)}` scores them once each has what it needs:[/]",
+                  highlight=False)
+        for line in report.judges:
+            out.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
+    if report.problems:
+        for line in report.problems:
+            sys.stderr.write(f"recast: error: {cut(line, ERROR_LINE_LIMIT)}\n")
+        raise typer.Exit(2)
+    out.print(f"{report.file.name}: all {len(report.rows)} checks passed")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("check-setting")(check_setting_command)
     app.command("preflight")(preflight_command)

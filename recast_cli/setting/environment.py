@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from recast_cli.errors import BadInput, shown
+from recast_cli.rewards.exchange import url_problem
 
 #: The environment variables an API source of positives reads its key from (positives/openai_images.py,
 #: positives/gemini_images.py: their ``key_vars``).
@@ -100,13 +101,6 @@ def check_seconds() -> float:
     if not 0 < seconds <= 3600:
         raise BadInput(f"${CHECK_SECONDS_ENV} = {shown(raw)}: expected seconds in (0, 3600]")
     return seconds
-
-
-def url_problem(url: str) -> str | None:
-    """None for a well-formed http(s) URL (a host, a port in 1..65535), else what is wrong with it."""
-    from recast_cli.rewards.exchange import url_problem as problem
-
-    return problem(url)
 
 
 def served_models(url: str, api_key: str | None = None, timeout: float | None = None) -> tuple[list[str] | None, str]:

@@ -40,6 +40,24 @@ def budgets_of(lam: str | None, setting: str | None):
     return Budgets(f"[train] lambda of {loaded.file.name}", values=dict(zip(cfg.rewards, map(float, cfg.lam))))
 
 
+def weights_table(w, *, mode: str, kernel: str, gamma: float | str, tau: float) -> Table:
+    """solve-w's table of W: per reward λ, λ̂, the peak step and the spill, titled with how W was solved."""
+    info = w.info
+    trained = f", trained steps {w.skip_clean + 1}…{w.T}" if w.skip_clean else ""
+    variant = info.get("variant") or {}
+    kind = (("" if kernel == DEFAULT_KERNEL else f", {kernel} kernel") + ("" if gamma in (1.0, "auto") else
+            f", shrunk γ = {gamma:g}") + (f", {variant['name']} ({variant['tag']})" if variant else ""))
+    table = Table(title=f"W ({mode}{kind}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
+    for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
+        table.add_column(name, justify="left" if name == "reward" else "right")
+    lam_hat = lambda_hat(w.lam)
+    for i, name in enumerate(w.rewards):
+        spill = info["spill_share"][name]
+        table.add_row(name, f"{w.lam[i]:g}", f"{lam_hat[i]:.4f}", str(int(w.gain[i].argmax()) + 1),
+                      "—" if spill is None else f"{100 * spill:.1f}%")
+    return table
+
+
 def solve_w_command(
     gains: Path = typer.Option(..., "--gains", help="Gain table (recast.gains/1 Parquet)."),
     lam: Optional[str] = typer.Option(None, "--lambda", help="Budgets by position (1,1,2) or by name (clip=1,ocr=2); "
@@ -89,26 +107,15 @@ def solve_w_command(
     for warning in report.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if not isinstance(budgets, str):
-        out.print(f"λ = {', '.join(f'{v:g}' for v in report.weights.lam)} from {budgets.source}", highlight=False, markup=False)
+        out.print(f"λ = {', '.join(f'{v:g}' for v in report.weights.lam)} from {budgets.source}", highlight=False,
+                  markup=False)
     w = report.weights
     info = w.info
     if mode in ("recast", "reversed"):
         out.print(f"Sinkhorn: {info['iterations']} iterations, max marginal error {info['marginal_error']:.2e}")
     if info["resampled"]:
         out.print(f"gains resampled from T = {info['source_T']} to T = {w.T} through D(σ) (E9)")
-    trained = f", trained steps {w.skip_clean + 1}…{w.T}" if w.skip_clean else ""
-    variant = info.get("variant") or {}
-    kind = (("" if kernel == DEFAULT_KERNEL else f", {kernel} kernel") + ("" if gamma in (1.0, "auto") else
-            f", shrunk γ = {gamma:g}") + (f", {variant['name']} ({variant['tag']})" if variant else ""))
-    table = Table(title=f"W ({mode}{kind}, τ = {tau:g}, T = {w.T}{trained})", title_justify="left")
-    for name in ("reward", "λ", "λ̂", "peak t", "spill <1% peak"):
-        table.add_column(name, justify="left" if name == "reward" else "right")
-    lam_hat = lambda_hat(w.lam)
-    for i, name in enumerate(w.rewards):
-        spill = info["spill_share"][name]
-        table.add_row(name, f"{w.lam[i]:g}", f"{lam_hat[i]:.4f}", str(int(w.gain[i].argmax()) + 1),
-                      "—" if spill is None else f"{100 * spill:.1f}%")
-    out.print(table)
+    out.print(weights_table(w, mode=mode, kernel=kernel, gamma=gamma, tau=tau))
     out.print("spill: the share of a reward's weight on steps where its gain is below 1% of its peak; the "
               "terms and tags: docs/method.md", highlight=False)
     if conflicts_from is not None:  # said even when it finds none: the flag is never silently without effect

@@ -23,7 +23,7 @@ from recast_cli import bounds
 from recast_cli.errors import BadInput, shown
 from recast_cli.grid import GRID_KINDS, GridSpec
 from recast_cli.solve.conflict import conflicts_on_grid, settled_by_timing
-from recast_cli.solve.sinkhorn import (DEFAULT_FLOOR, SinkhornError, SinkhornResult, conflict_static_weights,
+from recast_cli.solve.sinkhorn import (DEFAULT_FLOOR, SinkhornError, SinkhornResult, Solution, conflict_static_weights,
                                        lambda_hat, log_affinity, marginal_error, resample_gains, solve_weights, spill_share,
                                        uncertainty_shrinkage, uncertainty_shrunk_weights)
 from recast_cli.solve.uncertainty import bootstrap_weights, quantile_band, row_uncertainty, samples_for_spread
@@ -116,12 +116,7 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str | Budgets, out: str | o
     out_path = claim_output(out, WEIGHTS_SCHEMA, inputs=[gains] + ([conflicts_from] if conflicts_from else []))
     table = read_gains(gains)
     lam = _budgets(lam_text, table.rewards)
-    spec = None
-    if steps is None and grid is None and shift is None and mu is None:
-        sigmas = table.sigmas
-    else:
-        spec = _target_grid(table.meta.get("grid"), grid, shift, gains, mu)
-        sigmas = spec.sigmas(steps if steps is not None else table.T)
+    spec, sigmas = _solve_grid(table, gains, steps=steps, grid=grid, shift=shift, mu=mu)
 
     def on_grid(values: np.ndarray) -> np.ndarray:
         return values if np.array_equal(sigmas, table.sigmas) else resample_gains(table.sigmas, values, sigmas)
@@ -131,84 +126,95 @@ def solve_w(gains: str | os.PathLike[str], lam_text: str | Budgets, out: str | o
     if skip_clean >= T:
         raise BadInput(f"--skip-clean {skip_clean} leaves no trained step on a T = {T} grid (use 0 … {T - 1})")
     draws = _draws(table, bootstrap, gains, mode=mode, shrink=shrink)
+    found = _found_conflicts(table, gains, conflicts_from, conflicts, sigmas)
+    noise = None if table.D_lo is None or table.D_hi is None else (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
+    gamma = shrink if isinstance(shrink, float) else 1.0
+    solution = _solve(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean, kernel=kernel,
+                      shrink=gamma)
+    trained = slice(skip_clean, T)
+    info_extra: dict[str, Any] = {}
+    band = draws_W = None
+    if draws is not None:  # W solved again on every draw, exactly as the point W
+        draws_W = bootstrap_weights(draws, lambda draw: _solve(
+            on_grid(draw), lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean, kernel=kernel,
+            shrink=gamma).W)
+        rows = row_uncertainty(solution.W[:, trained], draws_W[:, :, trained], lam, _samples(table))
+        info_extra["bootstrap"], band = _bootstrap_info(table, rows, len(draws)), quantile_band(draws_W)
+    W = solution.W
+    if shrink == "auto":
+        W, info_extra["variant"] = _shrunk_by_spread(W, draws_W, lam, table.rewards, trained)
+    if conflicts == "static":
+        W, info_extra["variant"] = _static_on_conflicts(W, solution, lam, found, trained, tau=tau, kernel=kernel)
+    warnings = _indiscriminable(table.rewards, solution, gain[:, skip_clean:].sum(axis=1), floor=floor,
+                                with_noise=noise is not None)
+    info_extra["conflicts"] = [c.to_json() for c in found]
+    info_extra["settled_by_timing"] = settled_by_timing(W, table.rewards, found)
+    error = None if W is solution.W else marginal_error(W[:, trained], lambda_hat(lam),
+                                                        np.full(T - skip_clean, 1.0 / (T - skip_clean)))
+    info = _solve_info(solution, table, gain, floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=gamma, W=W,
+                       error=error)
+    weights = WeightMatrix(W=W, gain=gain, rewards=table.rewards, lam=tuple(float(x) for x in lam), mode=mode, tau=tau,
+                           sigmas=sigmas[::-1].copy(), info={**info, **info_extra},
+                           trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel, band=band)
+    config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
+              "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
+    # each recorded only when used: a W solved without it is the same file as before
+    optional = {"lambda_from": lam_text.source if isinstance(lam_text, Budgets) else None,
+                "shrink": shrink if shrink != 1.0 else None, "bootstrap": len(draws) if draws is not None else None,
+                "conflicts": conflicts if conflicts != "keep" else None,
+                "conflicts_from": str(conflicts_from) if conflicts_from is not None else None}
+    config.update({key: value for key, value in optional.items() if value is not None})
+    sources = [Source.of(gains)] + ([Source.of(conflicts_from)] if conflicts_from is not None else [])
+    provenance = write_weights(out_path, weights, config=config, sources=sources)
+    return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
+
+
+def _solve_grid(table: GainTable, gains: object, *, steps: int | None, grid: str | None, shift: float | None,
+                mu: float | None) -> tuple[GridSpec | None, np.ndarray]:
+    """(the grid spec, σ_T … σ_0) W is solved on: the table's own, or the grid the flags name (E9)."""
+    if steps is None and grid is None and shift is None and mu is None:
+        return None, table.sigmas
+    spec = _target_grid(table.meta.get("grid"), grid, shift, gains, mu)
+    return spec, spec.sigmas(steps if steps is not None else table.T)
+
+
+def _found_conflicts(table: GainTable, gains: object, conflicts_from: object, conflicts: str,
+                     sigmas: np.ndarray) -> list:
+    """E14's conflicts on W's grid, from the gain table or ``--conflicts-from`` (the same rewards); BadInput when
+    a flag asks for correlations the table does not record."""
     pairing, pairing_path = (table, gains) if conflicts_from is None else (read_gains(conflicts_from), conflicts_from)
     if set(pairing.rewards) != set(table.rewards):
         raise BadInput(f"--conflicts-from {pairing_path}: its rewards ({', '.join(pairing.rewards)}) are not the gain "
                        f"table's ({', '.join(table.rewards)})")
     corr = pairing.meta.get("advantage_corr")
-    found = conflicts_on_grid(corr, pairing.sigmas, sigmas)
     if corr is None and (conflicts == "static" or conflicts_from is not None):  # else the flag would do nothing
         flag = "--conflicts static" if conflicts_from is None else "--conflicts-from"
         raise BadInput(f"{flag}: {pairing_path} records no advantage correlations (E14): it is exact, "
                        "a recast.gains/1 table, estimated with K = 1, or its rewards were scored on rollouts of their "
                        "own (a π⁺ positive set per reward); give a π^old-sampling estimate with --conflicts-from "
                        "(recast estimate --sampling pold)")
-    noise = None
-    if table.D_lo is not None and table.D_hi is not None:
-        noise = (table.D_hi[:, 0] - table.D_lo[:, 0]) / 2
-    gamma = shrink if isinstance(shrink, float) else 1.0
-    solution = _solve(gain, lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean, kernel=kernel,
-                      shrink=gamma)
-    trained = slice(skip_clean, T)
-    info_extra: dict[str, Any] = {}
-    band = None
-    if draws is not None:
-        def one(draw: np.ndarray) -> np.ndarray:
-            return _solve(on_grid(draw), lam, mode=mode, tau=tau, floor=floor, noise=noise, skip_clean=skip_clean,
-                          kernel=kernel, shrink=gamma).W
+    return conflicts_on_grid(corr, pairing.sigmas, sigmas)
 
-        draws_W = bootstrap_weights(draws, one)
-        rows = row_uncertainty(solution.W[:, trained], draws_W[:, :, trained], lam, _samples(table))
-        info_extra["bootstrap"] = _bootstrap_info(table, rows, len(draws))
-        band = quantile_band(draws_W)
-    W = solution.W
-    if shrink == "auto":
-        g = uncertainty_shrinkage(W[:, trained], draws_W[:, :, trained])
-        W = _balanced(W, uncertainty_shrunk_weights(W[:, trained], lam, g), trained)
-        info_extra["variant"] = {"name": "uncertainty-shrunk", "tag": "E12u",
-                                 "gamma": {r: float(x) for r, x in zip(table.rewards, g)}}
-    if conflicts == "static":
-        columns = np.zeros(T - skip_clean, dtype=bool)
-        for c in found:
-            columns[[t - 1 - skip_clean for t in c.steps if t > skip_clean]] = True
-        log_k = log_affinity(solution.normalised_gain[:, trained], tau, kernel)
-        W = _balanced(W, _guard(lambda: conflict_static_weights(log_k, lam, columns), tau, kernel), trained)
-        info_extra["variant"] = {"name": "conflict-aware", "tag": "E12c",
-                                 "static_steps": [int(t) + 1 + skip_clean for t in np.nonzero(columns)[0]]}
-    warnings = _indiscriminable(table.rewards, solution, gain[:, skip_clean:].sum(axis=1), floor=floor,
-                                with_noise=noise is not None)
-    info_extra["conflicts"] = [c.to_json() for c in found]
-    info_extra["settled_by_timing"] = settled_by_timing(W, table.rewards, found)
-    weights = WeightMatrix(
-        W=W,
-        gain=gain,
-        rewards=table.rewards,
-        lam=tuple(float(x) for x in lam),
-        mode=mode,
-        tau=tau,
-        sigmas=sigmas[::-1].copy(),
-        info={**_solve_info(solution, table, gain, floor=floor, skip_clean=skip_clean, kernel=kernel, shrink=gamma,
-                            W=W, error=None if W is solution.W else marginal_error(
-                                W[:, trained], lambda_hat(lam), np.full(T - skip_clean, 1.0 / (T - skip_clean)))),
-              **info_extra},
-        trained_steps=tuple(range(skip_clean + 1, T + 1)), kernel=kernel, band=band,
-    )
-    config = {"command": "solve-w", "lambda": [float(x) for x in lam], "mode": mode, "tau": tau, "steps": steps,
-              "grid": spec.to_json() if spec else None, "floor": floor, "skip_clean": skip_clean, "kernel": kernel}
-    if isinstance(lam_text, Budgets):  # recorded only when a setting gave or was overridden: --lambda alone as before
-        config["lambda_from"] = lam_text.source
-    if shrink != 1.0:  # recorded only when used: a W solved without it is the same file as before
-        config["shrink"] = shrink
-    if draws is not None:
-        config["bootstrap"] = len(draws)
-    if conflicts != "keep":
-        config["conflicts"] = conflicts
-    sources = [Source.of(gains)]
-    if conflicts_from is not None:
-        config["conflicts_from"] = str(conflicts_from)
-        sources.append(Source.of(conflicts_from))
-    provenance = write_weights(out_path, weights, config=config, sources=sources)
-    return SolveReport(weights=replace(weights, provenance=provenance), warnings=warnings)
+
+def _shrunk_by_spread(W: np.ndarray, draws_W: np.ndarray, lam: np.ndarray, rewards: tuple[str, ...],
+                      trained: slice) -> tuple[np.ndarray, dict]:
+    """E12u: each row pulled toward static by its bootstrap spread; W and its ``info.variant``."""
+    g = uncertainty_shrinkage(W[:, trained], draws_W[:, :, trained])
+    W = _balanced(W, uncertainty_shrunk_weights(W[:, trained], lam, g), trained)
+    return W, {"name": "uncertainty-shrunk", "tag": "E12u", "gamma": {r: float(x) for r, x in zip(rewards, g)}}
+
+
+def _static_on_conflicts(W: np.ndarray, solution: Solution, lam: np.ndarray, found: list, trained: slice, *,
+                         tau: float, kernel: str) -> tuple[np.ndarray, dict]:
+    """E12c: static weights on the trained steps where two rewards conflict; W and its ``info.variant``."""
+    skip_clean = trained.start
+    columns = np.zeros(trained.stop - skip_clean, dtype=bool)
+    for c in found:
+        columns[[t - 1 - skip_clean for t in c.steps if t > skip_clean]] = True
+    log_k = log_affinity(solution.normalised_gain[:, trained], tau, kernel)
+    W = _balanced(W, _guard(lambda: conflict_static_weights(log_k, lam, columns), tau, kernel), trained)
+    return W, {"name": "conflict-aware", "tag": "E12c",
+               "static_steps": [int(t) + 1 + skip_clean for t in np.nonzero(columns)[0]]}
 
 
 def _draws(table: GainTable, bootstrap: int | None, where: object, *, mode: str,
